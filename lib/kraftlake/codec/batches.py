@@ -1,0 +1,215 @@
+"""Kafka record batches (magic v2): framing, CRC-32C, compression, and the records inside.
+
+A log segment or snapshot is a sequence of batches. Corruption is confined to the smallest part that
+cannot be trusted: a batch whose CRC fails is rejected whole (none of its bytes can be trusted), a record
+that does not parse is rejected alone, and after damage the scanner looks for the next intact batch so
+that the valid data after it is kept.
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Iterator
+
+import cramjam
+import crc32c
+
+from kraftlake.codec.messages import MessageError, Reader, write_uvarint, write_varint
+
+# baseOffset int64, batchLength int32, partitionLeaderEpoch int32, magic int8, crc uint32,
+# attributes int16, lastOffsetDelta int32, baseTimestamp int64, maxTimestamp int64, producerId int64,
+# producerEpoch int16, baseSequence int32, recordCount int32
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes not counted in batchLength
+CRC_START = 21  # the CRC covers attributes .. end of batch
+MAX_BATCH_SIZE = 64 * 1024 * 1024  # far above Kafka's message.max.bytes; larger means a bad length
+
+COMPRESSION = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+CODEC_IDS = {name: cid for cid, name in COMPRESSION.items()}
+TRANSACTIONAL = 0x10
+CONTROL = 0x20
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+
+
+class BatchError(ValueError):
+    """A batch that cannot be trusted; ``error`` is Kafka's error name for it."""
+
+    def __init__(self, message: str, error: str = "CORRUPT_MESSAGE"):
+        super().__init__(message)
+        self.error = error
+
+
+@dataclass
+class RecordBatch:
+    position: int  # byte position of the batch in its file
+    size: int  # bytes, header included
+    base_offset: int
+    leader_epoch: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    record_count: int
+    payload: bytes  # the records section, decompressed
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL)
+
+    @property
+    def compression(self) -> str:
+        return COMPRESSION.get(self.attributes & 0x07, "unknown")
+
+
+@dataclass
+class BadRecord:
+    """A record whose framing does not parse: the rest of its batch cannot be located either."""
+
+    position: int  # inside the (decompressed) records section
+    raw: bytes
+    reason: str
+
+
+@dataclass
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    position: int  # byte position of the record inside the (decompressed) records section
+
+
+def _snappy_decompress(data: bytes) -> bytes:
+    # Kafka's Java client writes xerial's framing: a 16-byte header, then [int32 length][raw block]...
+    if data.startswith(_XERIAL_MAGIC):
+        out = bytearray()
+        pos = 16
+        while pos < len(data):
+            (n,) = struct.unpack_from(">i", data, pos)
+            pos += 4
+            out += bytes(cramjam.snappy.decompress_raw(data[pos:pos + n]))
+            pos += n
+        return bytes(out)
+    return bytes(cramjam.snappy.decompress_raw(data))
+
+
+def decompress(codec: int, data: bytes) -> bytes:
+    try:
+        if codec == 0:
+            return data
+        if codec == 1:
+            return gzip.decompress(data)
+        if codec == 2:
+            return _snappy_decompress(data)
+        if codec == 3:
+            return bytes(cramjam.lz4.decompress(data))  # LZ4 frame format
+        if codec == 4:
+            return bytes(cramjam.zstd.decompress(data))
+    except (OSError, EOFError, zlib.error, cramjam.DecompressionError, struct.error, ValueError) as exc:
+        raise BatchError(f"{COMPRESSION[codec]} payload does not decompress: {exc}") from exc
+    raise BatchError(f"unknown compression codec id {codec}", "UNSUPPORTED_COMPRESSION_TYPE")
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    if codec == 0:
+        return data
+    if codec == 1:
+        return gzip.compress(data)
+    if codec == 2:
+        block = bytes(cramjam.snappy.compress_raw(data))
+        return _XERIAL_MAGIC + struct.pack(">ii", 1, 1) + struct.pack(">i", len(block)) + block
+    if codec == 3:
+        return bytes(cramjam.lz4.compress(data))
+    if codec == 4:
+        return bytes(cramjam.zstd.compress(data))
+    raise ValueError(f"unknown compression codec id {codec}")
+
+
+def parse_batch(buf: bytes | memoryview, pos: int) -> RecordBatch:
+    """Parse and verify the batch at ``pos``; the caller knows ``buf`` holds all of it."""
+    (base_offset, batch_length, leader_epoch, magic, crc, attributes, last_offset_delta,
+     base_timestamp, max_timestamp, producer_id, _producer_epoch, _base_sequence,
+     record_count) = HEADER.unpack_from(buf, pos)
+    end = pos + LOG_OVERHEAD + batch_length
+    if magic != 2:
+        raise BatchError(f"record batch magic {magic} is not supported (only v2)", "UNSUPPORTED_VERSION")
+    actual = crc32c.crc32c(bytes(buf[pos + CRC_START:end]))
+    if actual != crc:
+        raise BatchError(f"CRC-32C mismatch: batch says {crc:#010x}, bytes give {actual:#010x}")
+    body = bytes(buf[pos + HEADER_SIZE:end])
+    payload = decompress(attributes & 0x07, body)
+    return RecordBatch(pos, end - pos, base_offset, leader_epoch, attributes, last_offset_delta,
+                       base_timestamp, max_timestamp, producer_id, record_count, payload)
+
+
+def records(batch: RecordBatch) -> Iterator[Record | BadRecord]:
+    """The records of a verified batch. A record that does not frame is yielded as an error; framing
+    errors cannot be skipped past (record lengths chain), so the rest of the batch goes with it."""
+    reader = Reader(batch.payload)
+    for index in range(batch.record_count):
+        start = reader.pos
+        try:
+            length = reader.varint()
+            if length < 0 or length > reader.remaining():
+                raise MessageError(f"record {index} of the batch has invalid length {length}")
+            record_end = reader.pos + length
+            sub = Reader(batch.payload, reader.pos, record_end)
+            sub.take(1)  # attributes: unused in v2
+            timestamp_delta = sub.varint()
+            offset_delta = sub.varint()
+            key_length = sub.varint()
+            key = sub.take(key_length) if key_length >= 0 else None
+            value_length = sub.varint()
+            value = sub.take(value_length) if value_length >= 0 else None
+            for _ in range(sub.varint()):  # headers: not used by the metadata log
+                sub.take(max(sub.varint(), 0))
+                header_value_length = sub.varint()
+                sub.take(max(header_value_length, 0))
+            reader.pos = record_end
+        except MessageError as exc:
+            yield BadRecord(start, batch.payload[start:], str(exc))
+            return
+        yield Record(batch.base_offset + offset_delta, batch.base_timestamp + timestamp_delta,
+                     key, value, start)
+    if reader.remaining():
+        yield BadRecord(reader.pos, batch.payload[reader.pos:],
+                        f"{reader.remaining()} bytes after the batch's {batch.record_count} records")
+
+
+def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None) -> bytes:
+    body = bytearray([0])
+    write_varint(body, timestamp_delta)
+    write_varint(body, offset_delta)
+    for part in (key, value):
+        if part is None:
+            write_varint(body, -1)
+        else:
+            write_varint(body, len(part))
+            body += part
+    write_uvarint(body, 0)  # no headers
+    out = bytearray()
+    write_varint(out, len(body))
+    return bytes(out + body)
+
+
+def encode_batch(base_offset: int, leader_epoch: int, base_timestamp: int,
+                 records_: list[tuple[int, int, bytes | None, bytes | None]], *,
+                 codec: str = "none", control: bool = False, transactional: bool = False,
+                 producer_id: int = -1) -> bytes:
+    """A v2 batch of ``(offset_delta, timestamp_delta, key, value)`` records, as Kafka writes it."""
+    payload = b"".join(encode_record(od, td, k, v) for od, td, k, v in records_)
+    body = compress(CODEC_IDS[codec], payload)
+    attributes = CODEC_IDS[codec] | (CONTROL if control else 0) | (TRANSACTIONAL if transactional else 0)
+    last_delta = max((r[0] for r in records_), default=0)
+    max_ts = base_timestamp + max((r[1] for r in records_), default=0)
+    after_crc = struct.pack(">hiqqqhii", attributes, last_delta, base_timestamp, max_ts,
+                            producer_id, -1, -1, len(records_)) + body
+    crc = crc32c.crc32c(after_crc)
+    batch_length = 4 + 1 + 4 + len(after_crc)  # leader epoch, magic, crc, rest
+    return struct.pack(">qiibI", base_offset, batch_length, leader_epoch, 2, crc) + after_crc

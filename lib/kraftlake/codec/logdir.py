@@ -1,0 +1,358 @@
+"""Reading a ``__cluster_metadata`` partition: segments, snapshots, and the directory as a whole.
+
+Everything yields a stream of events (ADR 0001) and ``Rejection`` s in file order; nothing is dropped
+without a rejection saying where it was (file, byte position, offset) and why.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Union
+
+from kraftlake.codec import batches
+from kraftlake.codec.batches import BadRecord, BatchError, RecordBatch
+from kraftlake.codec.messages import MessageError, Reader, decode_message
+from kraftlake.schemas import UnknownVersionError, registry
+
+SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
+SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
+METADATA_FRAME_VERSION = 1  # MetadataRecordSerde's frame version
+RAW_LIMIT = 1024 * 1024  # raw bytes kept per rejection; the location always points at the whole part
+
+
+@dataclass
+class Rejection:
+    """A part of the input that could not be used."""
+
+    source: str
+    position: int | None
+    offset: int | None
+    error: str  # Kafka's error name where one fits
+    reason: str
+    raw: bytes | None = None
+    raw_length: int | None = None
+    type: str | None = None
+    version: int | None = None
+    unit: str = "byte"  # what position counts: byte (binary files), line (JSON lines), record (Avro)
+
+    def describe(self) -> str:
+        where = self.source
+        if self.position is not None:
+            where += f" at {self.unit} {self.position}"
+        if self.offset is not None:
+            where += f" (offset {self.offset})"
+        return f"{where}: {self.error}: {self.reason}"
+
+
+Item = Union[dict, Rejection]
+
+
+class CorruptLogError(ValueError):
+    def __init__(self, rejection: Rejection):
+        super().__init__(rejection.describe())
+        self.rejection = rejection
+
+
+def _damage(source: str, buf: bytes | memoryview, start: int, end: int, reason: str,
+            offset: int | None = None, error: str = "CORRUPT_MESSAGE") -> Rejection:
+    return Rejection(source, start, offset, error, reason, bytes(buf[start:min(end, start + RAW_LIMIT)]),
+                     end - start)
+
+
+def _batch_at(buf: bytes | memoryview, pos: int) -> RecordBatch | None:
+    """The intact batch starting at ``pos``, if there is one (used to resynchronise after damage)."""
+    if pos + batches.HEADER_SIZE > len(buf) or buf[pos + 16] != 2:
+        return None
+    (length,) = struct.unpack_from(">i", buf, pos + 8)
+    if length < batches.HEADER_SIZE - batches.LOG_OVERHEAD or pos + batches.LOG_OVERHEAD + length > len(buf):
+        return None
+    try:
+        return batches.parse_batch(buf, pos)
+    except BatchError:
+        return None
+
+
+def _next_intact_batch(buf: bytes | memoryview, start: int) -> RecordBatch | None:
+    pos = start
+    data = buf if isinstance(buf, (bytes, mmap.mmap)) else bytes(buf)
+    while True:
+        magic_at = data.find(b"\x02", pos + 16)
+        if magic_at < 0:
+            return None
+        found = _batch_at(buf, magic_at - 16)
+        if found is not None:
+            return found
+        pos = magic_at - 16 + 1
+
+
+def _raw_batches(buf: bytes | memoryview, source: str) -> Iterator[RecordBatch | Rejection]:
+    """Batches in file order; damaged stretches become rejections and scanning resumes after them."""
+    pos = 0
+    size = len(buf)
+    while pos < size:
+        if size - pos < batches.HEADER_SIZE:
+            yield _damage(source, buf, pos, size,
+                          f"truncated: {size - pos} bytes at the end, too few for a batch header "
+                          "(normal for the active segment of a running node)")
+            return
+        base_offset, length = struct.unpack_from(">qi", buf, pos)
+        magic = buf[pos + 16]
+        end = pos + batches.LOG_OVERHEAD + length
+        plausible = magic == 2 and batches.HEADER_SIZE - batches.LOG_OVERHEAD <= length <= batches.MAX_BATCH_SIZE
+        if plausible and end <= size:
+            try:
+                batch = batches.parse_batch(buf, pos)
+            except BatchError as exc:
+                after = _batch_at(buf, end) if end < size else None
+                if after is not None or end == size:
+                    # the length held: the damage is inside this batch only
+                    yield _damage(source, buf, pos, end, str(exc), base_offset, exc.error)
+                    pos = end
+                    continue
+                reason = str(exc)
+            else:
+                yield batch
+                pos = end
+                continue
+        elif plausible:
+            reason = (f"truncated batch: its header says {batches.LOG_OVERHEAD + length} bytes, "
+                      f"the file has {size - pos} left (normal for the active segment of a running node)")
+        else:
+            reason = f"no record batch here (magic byte {magic}, batch length {length})"
+        resync = _next_intact_batch(buf, pos + 1)
+        stop = resync.position if resync is not None else size
+        yield _damage(source, buf, pos, stop, reason, base_offset if plausible else None)
+        pos = stop
+
+
+def _checked_batches(buf: bytes | memoryview, source: str) -> Iterator[RecordBatch | Rejection]:
+    """Batches whose offsets and epochs continue the log.
+
+    baseOffset and partitionLeaderEpoch are outside the CRC, so a flipped bit there passes the CRC. A
+    batch that goes backwards is rejected; one that jumps ahead while the next batch continues from where
+    this one should have started has a corrupted header and is rejected too (one batch of look-ahead).
+    """
+    last_offset: int | None = None
+    last_epoch: int | None = None
+    pending: RecordBatch | None = None
+
+    def verdict(batch: RecordBatch, nxt: RecordBatch | None) -> Rejection | None:
+        expected = None if last_offset is None else last_offset + 1
+        raw_end = batch.position + batch.size
+        if expected is not None and batch.base_offset < expected:
+            return _damage(source, buf, batch.position, raw_end,
+                           f"baseOffset {batch.base_offset} goes backwards (the log is at {expected})",
+                           batch.base_offset)
+        if expected is not None and batch.base_offset != expected and nxt is not None \
+                and nxt.base_offset == expected + batch.last_offset_delta + 1:
+            return _damage(source, buf, batch.position, raw_end,
+                           f"baseOffset {batch.base_offset} does not continue the log at {expected}, "
+                           "and the next batch continues from there: the header is corrupt", batch.base_offset)
+        if last_epoch is not None and batch.leader_epoch < last_epoch:
+            return _damage(source, buf, batch.position, raw_end,
+                           f"partitionLeaderEpoch {batch.leader_epoch} goes backwards (log at {last_epoch})",
+                           batch.base_offset)
+        if last_epoch is not None and nxt is not None and nxt.leader_epoch < batch.leader_epoch \
+                and nxt.leader_epoch >= last_epoch:
+            return _damage(source, buf, batch.position, raw_end,
+                           f"partitionLeaderEpoch {batch.leader_epoch} is not followed by the next batch "
+                           f"({nxt.leader_epoch}): the header is corrupt", batch.base_offset)
+        return None
+
+    def settle(batch: RecordBatch, nxt: RecordBatch | None) -> Item:
+        nonlocal last_offset, last_epoch
+        rejection = verdict(batch, nxt)
+        if rejection is not None:
+            return rejection
+        last_offset = batch.base_offset + batch.last_offset_delta
+        last_epoch = batch.leader_epoch
+        return batch
+
+    for item in _raw_batches(buf, source):
+        if isinstance(item, Rejection):
+            if pending is not None:
+                yield settle(pending, None)
+                pending = None
+            yield item
+            continue
+        if pending is not None:
+            yield settle(pending, item)
+        pending = item
+    if pending is not None:
+        yield settle(pending, None)
+
+
+def _decode_value(batch: RecordBatch, record: batches.Record) -> tuple[str, int, dict]:
+    """(type, version, data) of one record; raises ``MessageError``/``UnknownVersionError``."""
+    schemas = registry()
+    if batch.is_control:
+        if record.key is None or len(record.key) < 4:
+            raise MessageError("control record without a 4-byte key")
+        _key_version, control_type = struct.unpack_from(">hh", record.key)
+        spec = schemas.control_by_type.get(control_type)
+        if spec is None:
+            raise LookupError(f"unknown control record type {control_type}")
+        value = record.value or b""
+        # Control records store their own version in a leading Version field.
+        version = struct.unpack_from(">h", value)[0] if len(value) >= 2 else 0
+        if version not in spec.valid_versions:
+            version = 0
+        return spec.name, version, decode_message(spec, version, value)
+    if record.value is None:
+        raise MessageError("metadata record without a value")
+    reader = Reader(record.value)
+    frame = reader.uvarint()
+    if frame != METADATA_FRAME_VERSION:
+        raise MessageError(f"unsupported metadata record frame version {frame}")
+    api_key = reader.uvarint()
+    version = reader.uvarint()
+    spec = schemas.metadata_by_api_key.get(api_key)
+    if spec is None:
+        raise LookupError(f"unknown metadata record api key {api_key}")
+    return spec.name, version, decode_message(spec, version, memoryview(record.value)[reader.pos:])
+
+
+def decode_buffer(buf: bytes | memoryview, source: str) -> Iterator[Item]:
+    """Events and rejections of a buffer holding record batches (a segment or a snapshot)."""
+    for item in _checked_batches(buf, source):
+        if isinstance(item, Rejection):
+            yield item
+            continue
+        batch = item
+        for record in batches.records(batch):
+            if isinstance(record, BadRecord):
+                yield Rejection(source, batch.position, None, "CORRUPT_MESSAGE",
+                                f"record at byte {record.position} of the batch's records: {record.reason}",
+                                record.raw[:RAW_LIMIT], len(record.raw))
+                break
+            try:
+                type_, version, data = _decode_value(batch, record)
+            except UnknownVersionError as exc:
+                yield _record_rejection(source, batch, record, "UNSUPPORTED_VERSION", str(exc))
+                continue
+            except LookupError as exc:
+                yield _record_rejection(source, batch, record, "INVALID_RECORD", str(exc))
+                continue
+            except (MessageError, struct.error) as exc:
+                yield _record_rejection(source, batch, record, "INVALID_RECORD", f"fields do not parse: {exc}")
+                continue
+            yield {"offset": record.offset, "leader_epoch": batch.leader_epoch, "timestamp": record.timestamp,
+                   "type": type_, "version": version, "data": data, "source": source,
+                   "position": batch.position}
+
+
+def _record_rejection(source: str, batch: RecordBatch, record: batches.Record, error: str,
+                      reason: str) -> Rejection:
+    raw = record.value or b""
+    return Rejection(source, batch.position, record.offset, error, reason, raw[:RAW_LIMIT], len(raw))
+
+
+class _MappedFile:
+    """A read-only view of a file; empty files cannot be mmapped, hence the special case."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.file = open(path, "rb")
+        size = os.fstat(self.file.fileno()).st_size
+        self.buf: bytes | mmap.mmap = mmap.mmap(self.file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+
+    def close(self) -> None:
+        if isinstance(self.buf, mmap.mmap):
+            self.buf.close()
+        self.file.close()
+
+
+def decode_file(path: str | os.PathLike, min_offset: int | None = None) -> Iterator[Item]:
+    """A segment (``.log``) or a snapshot (``.checkpoint``), from its first byte.
+
+    ``min_offset`` skips records below it (a segment's records already covered by a snapshot).
+    """
+    path = Path(path)
+    mapped = _MappedFile(path)
+    try:
+        for item in decode_buffer(mapped.buf, str(path)):
+            if min_offset is not None and isinstance(item, dict) and item["offset"] < min_offset:
+                continue
+            yield item
+    finally:
+        mapped.close()
+
+
+def snapshot_end_offset(path: str | os.PathLike) -> tuple[int, int] | None:
+    """(endOffset, epoch) from a snapshot file name, or None when it is not one."""
+    match = SNAPSHOT_NAME.match(Path(path).name)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def decode_snapshot(path: str | os.PathLike) -> Iterator[Item]:
+    """A snapshot's records, placed just before its end offset.
+
+    Records in a snapshot file carry offsets counted from 0 inside the file; the log gives them no
+    offset of their own. They stand for the state at ``endOffset - 1``, so they get the offsets just
+    below ``endOffset``, in file order, which keeps the log's offsets unique and increasing.
+    """
+    named = snapshot_end_offset(path)
+    items = list(decode_file(path))
+    events = [i for i in items if isinstance(i, dict)]
+    if named is not None:
+        end_offset = named[0]
+        first = end_offset - len(events)
+        if first < 0:
+            raise ValueError(f"{path}: {len(events)} records do not fit below end offset {end_offset}")
+        for index, event in enumerate(events):
+            event["offset"] = first + index
+    return iter(items)
+
+
+def list_partition_dir(path: str | os.PathLike) -> tuple[list[Path], list[Path]]:
+    """(segments, snapshots) of a partition directory, each in offset order."""
+    root = Path(path)
+    if not root.is_dir():
+        raise NotADirectoryError(f"{root} is not a partition directory")
+    segments = sorted((p for p in root.iterdir() if SEGMENT_NAME.match(p.name)), key=lambda p: p.name)
+    snapshots = sorted((p for p in root.iterdir() if SNAPSHOT_NAME.match(p.name)), key=lambda p: p.name)
+    return segments, snapshots
+
+
+def decode_partition_dir(path: str | os.PathLike, full_history: bool = False) -> Iterator[Item]:
+    """The newest snapshot, then every segment's records after it, in offset order.
+
+    With ``full_history`` the snapshots are ignored and every segment is read from its first record:
+    the whole history, when the segments still reach back to offset 0.
+    """
+    segments, snapshots = list_partition_dir(path)
+    if not segments and not snapshots:
+        raise FileNotFoundError(f"{path}: no log segments (*.log) or snapshots (*.checkpoint)")
+    start = None
+    if snapshots and not full_history:
+        newest = snapshots[-1]
+        start = snapshot_end_offset(newest)[0]
+        yield from decode_snapshot(newest)
+    for segment in segments:
+        yield from decode_file(segment, min_offset=start)
+
+
+def read_partition_dir(path: str | os.PathLike, full_history: bool = False) -> Iterator[dict]:
+    """Events only, for callers that must not go on past damage (tests, strict tools)."""
+    for item in decode_partition_dir(path, full_history):
+        if isinstance(item, Rejection):
+            raise CorruptLogError(item)
+        yield item
+
+
+def read_quorum_state(path: str | os.PathLike) -> dict:
+    """Kafka's ``quorum-state`` file: QuorumStateData as JSON plus its ``data_version``."""
+    text = Path(path).read_text()
+    try:
+        state = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: quorum-state is not JSON: {exc}") from exc
+    if not isinstance(state, dict) or "leaderEpoch" not in state:
+        raise ValueError(f"{path}: not a quorum-state file (no leaderEpoch)")
+    return state

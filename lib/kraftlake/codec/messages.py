@@ -1,0 +1,324 @@
+"""Kafka's message wire format, driven by the schemas.
+
+One interpreter serves every message type and version: each (message, version) is compiled once into a
+list of field readers/writers from its ``.avsc`` (Kafka types, versions, nullable and tagged versions),
+so adding a record or a version is a schema change, never a parser change.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Callable
+
+from kraftlake import uuids
+from kraftlake.schemas import FieldSpec, MessageSpec, StructSpec
+
+_INT = {
+    "int8": struct.Struct(">b"),
+    "int16": struct.Struct(">h"),
+    "uint16": struct.Struct(">H"),
+    "int32": struct.Struct(">i"),
+    "uint32": struct.Struct(">I"),
+    "int64": struct.Struct(">q"),
+    "float64": struct.Struct(">d"),
+}
+_INT16 = _INT["int16"]
+_INT32 = _INT["int32"]
+
+
+class MessageError(ValueError):
+    """A message's bytes do not parse as its schema says (Kafka: INVALID_RECORD / CORRUPT_MESSAGE)."""
+
+
+class Reader:
+    """A cursor over bytes; every read checks bounds so a short buffer is an error, not garbage."""
+
+    __slots__ = ("buf", "pos", "end")
+
+    def __init__(self, buf: bytes | memoryview, pos: int = 0, end: int | None = None):
+        self.buf = buf
+        self.pos = pos
+        self.end = len(buf) if end is None else end
+
+    def remaining(self) -> int:
+        return self.end - self.pos
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > self.end:
+            raise MessageError(f"needed {n} bytes at position {self.pos}, only {self.end - self.pos} left")
+        out = bytes(self.buf[self.pos:self.pos + n])
+        self.pos += n
+        return out
+
+    def fixed(self, fmt: struct.Struct) -> Any:
+        if self.pos + fmt.size > self.end:
+            raise MessageError(f"needed {fmt.size} bytes at position {self.pos}, only {self.end - self.pos} left")
+        value = fmt.unpack_from(self.buf, self.pos)[0]
+        self.pos += fmt.size
+        return value
+
+    def uvarint(self) -> int:
+        result = 0
+        shift = 0
+        buf = self.buf
+        while True:
+            if self.pos >= self.end:
+                raise MessageError(f"varint runs past the end at position {self.pos}")
+            b = buf[self.pos]
+            self.pos += 1
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return result
+            shift += 7
+            if shift > 63:
+                raise MessageError(f"varint longer than 10 bytes at position {self.pos}")
+
+    def varint(self) -> int:
+        """Zig-zag encoded signed varint (record framing)."""
+        raw = self.uvarint()
+        return (raw >> 1) ^ -(raw & 1)
+
+
+def write_uvarint(out: bytearray, value: int) -> None:
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def write_varint(out: bytearray, value: int) -> None:
+    write_uvarint(out, (value << 1) ^ (value >> 63))
+
+
+Decoder = Callable[[Reader], Any]
+Encoder = Callable[[bytearray, Any], None]
+
+
+def _primitive_decoder(ktype: str, flexible: bool, nullable: bool, name: str) -> Decoder:
+    if ktype in _INT:
+        fmt = _INT[ktype]
+        return lambda r: r.fixed(fmt)
+    if ktype == "bool":
+        return lambda r: r.take(1) != b"\x00"
+    if ktype == "uuid":
+        return lambda r: uuids.from_bytes(r.take(16))
+
+    def length(r: Reader, wide: bool) -> int:
+        if flexible:
+            return r.uvarint() - 1
+        return r.fixed(_INT32 if wide else _INT16)
+
+    def null_check(n: int) -> None:
+        if n < -1 or (n == -1 and not nullable):
+            raise MessageError(f"field {name}: invalid length {n}")
+
+    if ktype == "string":
+        def read_string(r: Reader) -> str | None:
+            n = length(r, False)
+            null_check(n)
+            if n == -1:
+                return None
+            try:
+                return r.take(n).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise MessageError(f"field {name}: not UTF-8") from exc
+        return read_string
+    if ktype in ("bytes", "records"):
+        def read_bytes(r: Reader) -> bytes | None:
+            n = length(r, True)
+            null_check(n)
+            return None if n == -1 else r.take(n)
+        return read_bytes
+    raise MessageError(f"field {name}: unknown Kafka type {ktype}")
+
+
+def _field_decoder(spec: FieldSpec, version: int, flexible: bool) -> Decoder:
+    nullable = version in spec.nullable_versions
+    if spec.struct is not None:
+        inner = _struct_decoder(spec.struct, version, flexible)
+    else:
+        inner = _primitive_decoder(spec.element, flexible, nullable, spec.name)
+    if not spec.is_array:
+        if spec.struct is not None and nullable:
+            def read_nullable_struct(r: Reader) -> Any:
+                return None if r.fixed(_INT["int8"]) < 0 else inner(r)
+            return read_nullable_struct
+        return inner
+    name = spec.name
+
+    def read_array(r: Reader) -> list | None:
+        n = r.uvarint() - 1 if flexible else r.fixed(_INT32)
+        if n == -1 and nullable:
+            return None
+        if n < 0 or n > r.remaining():  # every element takes at least one byte
+            raise MessageError(f"field {name}: invalid array length {n}")
+        return [inner(r) for _ in range(n)]
+    return read_array
+
+
+def _struct_decoder(spec: StructSpec, version: int, flexible: bool) -> Decoder:
+    plan: list[tuple[str, Decoder]] = []
+    tagged: dict[int, tuple[str, Decoder]] = {}
+    defaults: list[tuple[str, FieldSpec]] = []
+    for f in spec.fields:
+        if version not in f.versions:
+            defaults.append((f.name, f))
+        elif flexible and version in f.tagged_versions:
+            tagged[f.tag] = (f.name, _field_decoder(f, version, flexible))
+            defaults.append((f.name, f))
+        else:
+            plan.append((f.name, _field_decoder(f, version, flexible)))
+    struct_name = spec.name
+
+    def read_struct(r: Reader) -> dict:
+        out = {name: f.default() for name, f in defaults}
+        for name, decode in plan:
+            out[name] = decode(r)
+        if flexible:
+            for _ in range(r.uvarint()):
+                tag = r.uvarint()
+                size = r.uvarint()
+                if tag in tagged:
+                    name, decode = tagged[tag]
+                    sub = Reader(r.buf, r.pos, r.pos + size)
+                    out[name] = decode(sub)
+                    if sub.pos != sub.end:
+                        raise MessageError(f"{struct_name}.{name}: tagged field has {sub.end - sub.pos} extra bytes")
+                r.take(size)  # unknown tags are skipped, as Kafka keeps them opaque
+        return {f.name: out[f.name] for f in spec.fields}
+    return read_struct
+
+
+_decoders: dict[tuple[str, int], Decoder] = {}
+_encoders: dict[tuple[str, int], Encoder] = {}
+
+
+def message_decoder(spec: MessageSpec, version: int) -> Decoder:
+    """The compiled reader of one (message, version); compiled once, then looked up by name."""
+    key = (spec.name, version)
+    decoder = _decoders.get(key)
+    if decoder is None:
+        spec.check_version(version)
+        decoder = _decoders[key] = _struct_decoder(spec, version, version in spec.flexible_versions)
+    return decoder
+
+
+def decode_message(spec: MessageSpec, version: int, buf: bytes | memoryview) -> dict:
+    """Decode one whole message; trailing bytes are an error, as in Kafka's MetadataRecordSerde."""
+    reader = Reader(buf)
+    data = message_decoder(spec, version)(reader)
+    if reader.remaining():
+        raise MessageError(f"{reader.remaining()} bytes left over after {spec.name} v{version}")
+    return data
+
+
+# ---- encoding: the mirror image, used by the sample generator, the simulator and the tests ----
+
+def _primitive_encoder(ktype: str, flexible: bool, name: str) -> Encoder:
+    if ktype in _INT:
+        fmt = _INT[ktype]
+        return lambda out, v: out.extend(fmt.pack(v))
+    if ktype == "bool":
+        return lambda out, v: out.append(1 if v else 0)
+    if ktype == "uuid":
+        return lambda out, v: out.extend(uuids.to_bytes(v))
+
+    def length(out: bytearray, n: int, wide: bool) -> None:
+        if flexible:
+            write_uvarint(out, n + 1)
+        else:
+            out.extend((_INT32 if wide else _INT16).pack(n))
+
+    if ktype == "string":
+        def write_string(out: bytearray, v: str | None) -> None:
+            if v is None:
+                length(out, -1, False)
+                return
+            raw = v.encode("utf-8")
+            length(out, len(raw), False)
+            out.extend(raw)
+        return write_string
+
+    def write_bytes(out: bytearray, v: bytes | None) -> None:
+        if v is None:
+            length(out, -1, True)
+            return
+        length(out, len(v), True)
+        out.extend(v)
+    return write_bytes
+
+
+def _field_encoder(spec: FieldSpec, version: int, flexible: bool) -> Encoder:
+    if spec.struct is not None:
+        inner = _struct_encoder(spec.struct, version, flexible)
+    else:
+        inner = _primitive_encoder(spec.element, flexible, spec.name)
+    if not spec.is_array:
+        if spec.struct is not None and version in spec.nullable_versions:
+            def write_nullable_struct(out: bytearray, v: Any) -> None:
+                if v is None:
+                    out.append(0xFF)
+                else:
+                    out.append(1)
+                    inner(out, v)
+            return write_nullable_struct
+        return inner
+
+    def write_array(out: bytearray, v: list | None) -> None:
+        if v is None:
+            if flexible:
+                write_uvarint(out, 0)
+            else:
+                out.extend(_INT32.pack(-1))
+            return
+        if flexible:
+            write_uvarint(out, len(v) + 1)
+        else:
+            out.extend(_INT32.pack(len(v)))
+        for item in v:
+            inner(out, item)
+    return write_array
+
+
+def _struct_encoder(spec: StructSpec, version: int, flexible: bool) -> Encoder:
+    plan: list[tuple[str, Encoder]] = []
+    tagged: list[tuple[int, FieldSpec, Encoder]] = []
+    for f in spec.fields:
+        if version not in f.versions:
+            continue
+        if flexible and version in f.tagged_versions:
+            tagged.append((f.tag, f, _field_encoder(f, version, flexible)))
+        else:
+            plan.append((f.name, _field_encoder(f, version, flexible)))
+    tagged.sort(key=lambda t: t[0])
+
+    def write_struct(out: bytearray, data: dict) -> None:
+        for name, encode in plan:
+            encode(out, data[name])
+        if not flexible:
+            return
+        present = [(tag, f, enc) for tag, f, enc in tagged if data.get(f.name) != f.default()]
+        write_uvarint(out, len(present))
+        for tag, f, encode in present:
+            body = bytearray()
+            encode(body, data[f.name])
+            write_uvarint(out, tag)
+            write_uvarint(out, len(body))
+            out.extend(body)
+    return write_struct
+
+
+def message_encoder(spec: MessageSpec, version: int) -> Encoder:
+    key = (spec.name, version)
+    encoder = _encoders.get(key)
+    if encoder is None:
+        spec.check_version(version)
+        encoder = _encoders[key] = _struct_encoder(spec, version, version in spec.flexible_versions)
+    return encoder
+
+
+def encode_message(spec: MessageSpec, version: int, data: dict) -> bytes:
+    """Encode ``data`` (every field present, as the decoder returns it) at ``version``."""
+    out = bytearray()
+    message_encoder(spec, version)(out, data)
+    return bytes(out)
