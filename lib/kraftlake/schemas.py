@@ -316,7 +316,11 @@ def _table_field_type(avro_field: dict) -> pa.DataType:
 
 @lru_cache(maxsize=1)
 def metadata_log_schema() -> pa.Schema:
-    """``metadata_log``: the fixed columns, then one struct column per event type, named after it."""
+    """``metadata_log``: the fixed columns, then one struct column per event type, named after it.
+
+    Types without fields (NoOpRecord, EndTransactionRecord, ...) get no column: Parquet cannot store an
+    empty struct, and ``type`` already says everything about them.
+    """
     base = table_arrow_schema("metadata_log")
-    payload = [pa.field(m.name, m.arrow_type) for m in registry().event_types()]
+    payload = [pa.field(m.name, m.arrow_type) for m in registry().event_types() if m.fields]
     return pa.schema(list(base) + payload)

@@ -1,0 +1,22 @@
+"""What every job does first: read the config, get the warehouse (and a Spark session when needed)."""
+
+from __future__ import annotations
+
+from kraftlake.config import Config
+from kraftlake.sparkutil import get_spark
+from kraftlake.storage import Warehouse
+
+
+def open_warehouse(config: Config, app_name: str, with_spark: bool = True) -> Warehouse:
+    """The configured warehouse; with a Spark session unless the job only commits through delta-rs."""
+    engine = config.get_str("kraftlake.engine")
+    spark = get_spark(config, app_name) if with_spark or engine != "delta-rs" else None
+    return Warehouse(config.get_path("kraftlake.warehouse"), engine=engine, spark=spark)
+
+
+def register_views(warehouse: Warehouse) -> list[str]:
+    """Every table of the warehouse as a temporary view named after it; returns the names."""
+    names = warehouse.names()
+    for name in names:
+        warehouse.read_df(name).createOrReplaceTempView(name)
+    return names
