@@ -681,12 +681,14 @@ def test_a_10k_partition_image_is_small_and_quick_to_serialise(cluster):
 FIXTURE_NAMES = ["single-broker-shutdown", "single-broker-snapshot", "single-broker-restarts"]
 
 
-def _replay_all(events) -> ClusterImage:
+def _replay_all(events, results: list | None = None) -> ClusterImage:
     image = ClusterImage()
     for event in events:
         assert isinstance(event, dict), f"the codec rejected part of a real log: {event}"
         result = replay(image, event)
         assert result.rejected is None and not result.deferred_rejections, (event, result)
+        if results is not None:
+            results.append(result)
     assert image.pending_kind is None
     return image
 
@@ -712,11 +714,15 @@ def _as_oracle(image: ClusterImage) -> dict:
 def test_real_log_replays_to_the_independent_image(name):
     codec = pytest.importorskip("kraftlake.codec")
     expected = json.loads((FIXTURES / name / "expected-image.json").read_text())
-    image = _replay_all(codec.read_partition_dir(FIXTURES / name / "__cluster_metadata-0"))
+    results = []
+    image = _replay_all(codec.read_partition_dir(FIXTURES / name / "__cluster_metadata-0"), results)
     got = _as_oracle(image)
     assert got["brokers"] == expected["brokers"]
     assert got["topics"] == expected["topics"]
     assert got["partitions"] == sorted(expected["partitions"], key=lambda row: (row["topic"], row["partition"]))
+    elections = [after for r in results for before, after in r.partition_changes
+                 if before and after and after.leader_epoch != before.leader_epoch]
+    assert len(elections) == expected["leader_changes"]
     assert ClusterImage.from_bytes(image.to_bytes()) == image
 
 
