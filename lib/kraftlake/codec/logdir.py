@@ -97,9 +97,10 @@ def _raw_batches(buf: bytes | memoryview, source: str) -> Iterator[RecordBatch |
     size = len(buf)
     while pos < size:
         if size - pos < batches.HEADER_SIZE:
+            offset = struct.unpack_from(">q", buf, pos)[0] if size - pos >= 8 else None
             yield _damage(source, buf, pos, size,
                           f"truncated: {size - pos} bytes at the end, too few for a batch header "
-                          "(normal for the active segment of a running node)")
+                          "(normal for the active segment of a running node)", offset)
             return
         base_offset, length = struct.unpack_from(">qi", buf, pos)
         magic = buf[pos + 16]
@@ -131,14 +132,16 @@ def _raw_batches(buf: bytes | memoryview, source: str) -> Iterator[RecordBatch |
         pos = stop
 
 
-def _checked_batches(buf: bytes | memoryview, source: str) -> Iterator[RecordBatch | Rejection]:
+def _checked_batches(buf: bytes | memoryview, source: str,
+                     first_offset: int | None = None) -> Iterator[RecordBatch | Rejection]:
     """Batches whose offsets and epochs continue the log.
 
     baseOffset and partitionLeaderEpoch are outside the CRC, so a flipped bit there passes the CRC. A
     batch that goes backwards is rejected; one that jumps ahead while the next batch continues from where
     this one should have started has a corrupted header and is rejected too (one batch of look-ahead).
+    ``first_offset`` (a segment's base offset, from its file name) lets the first batch be checked too.
     """
-    last_offset: int | None = None
+    last_offset: int | None = None if first_offset is None else first_offset - 1
     last_epoch: int | None = None
     pending: RecordBatch | None = None
 
@@ -218,9 +221,9 @@ def _decode_value(batch: RecordBatch, record: batches.Record) -> tuple[str, int,
     return spec.name, version, decode_message(spec, version, memoryview(record.value)[reader.pos:])
 
 
-def decode_buffer(buf: bytes | memoryview, source: str) -> Iterator[Item]:
+def decode_buffer(buf: bytes | memoryview, source: str, first_offset: int | None = None) -> Iterator[Item]:
     """Events and rejections of a buffer holding record batches (a segment or a snapshot)."""
-    for item in _checked_batches(buf, source):
+    for item in _checked_batches(buf, source, first_offset):
         if isinstance(item, Rejection):
             yield item
             continue
@@ -274,9 +277,12 @@ def decode_file(path: str | os.PathLike, min_offset: int | None = None) -> Itera
     ``min_offset`` skips records below it (a segment's records already covered by a snapshot).
     """
     path = Path(path)
+    segment = SEGMENT_NAME.match(path.name)
+    # a segment starts at the offset in its name; a snapshot's batches count from 0
+    first_offset = int(segment.group(1)) if segment else 0 if snapshot_end_offset(path) else None
     mapped = _MappedFile(path)
     try:
-        for item in decode_buffer(mapped.buf, str(path)):
+        for item in decode_buffer(mapped.buf, str(path), first_offset):
             if min_offset is not None and isinstance(item, dict) and item["offset"] < min_offset:
                 continue
             yield item
