@@ -1,0 +1,226 @@
+"""Controller shards: how the log is split, and one shard's step over its events (pure Python).
+
+A topic's records go to shard ``crc32(topic id) % N``; everything broker- or cluster-scoped is sent to
+every shard, so each shard holds the whole (small) broker registry plus its own topics and is a complete,
+deterministic controller for its partitions (DESIGN.md, "Sharding"). Cluster-wide rows (brokers,
+configs) are emitted by shard 0 only, topic rows by the topic's shard.
+
+``step`` is exactly what the streaming job runs inside ``applyInPandasWithState``; ``replay_log`` runs the
+same steps in-process and is the reference the Spark job is tested against.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+from kraftlake.image import BrokerRegistration, ClusterImage, PartitionRegistration
+from kraftlake.replay import replay
+
+# Records that name one topic by id; every other event is broadcast.
+TOPIC_SCOPED = {"TopicRecord": "TopicId", "PartitionRecord": "TopicId",
+                "PartitionChangeRecord": "TopicId", "RemoveTopicRecord": "TopicId"}
+# Events that change nothing a shard holds: filtered out before the shuffle.
+SKIPPED = frozenset({"NoOpRecord"})
+MARKERS = frozenset({"EndTransactionRecord", "SnapshotFooterRecord"})
+
+
+def shard_of_topic(topic_id: str, shards: int) -> int:
+    """Spark computes the same with ``pmod(crc32(encode(topic_id, 'UTF-8')), shards)``."""
+    return zlib.crc32(topic_id.encode("utf-8")) % shards
+
+
+def routes(event: dict, shards: int) -> list[int]:
+    if event["type"] in SKIPPED:
+        return []
+    key = TOPIC_SCOPED.get(event["type"])
+    if key is not None:
+        return [shard_of_topic(event["data"][key], shards)]
+    return list(range(shards))
+
+
+@dataclass(frozen=True)
+class Output:
+    """One row for a warehouse table. ``op``: append (history, rejected), upsert or delete (state)."""
+
+    table: str
+    op: str
+    offset: int
+    seq: int  # order of rows produced by one event
+    row: dict
+
+
+@dataclass
+class ShardState:
+    image: ClusterImage
+    last_offset: int = -1
+
+    def to_bytes(self) -> bytes:
+        return self.last_offset.to_bytes(8, "big", signed=True) + self.image.to_bytes()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes | None) -> "ShardState":
+        if not raw:
+            return cls(ClusterImage())
+        return cls(ClusterImage.from_bytes(raw[8:]), int.from_bytes(raw[:8], "big", signed=True))
+
+
+def partition_row(topic: str, p: PartitionRegistration) -> dict:
+    return {"topic": topic, "topic_id": p.topic_id, "partition": p.partition_id, "replicas": list(p.replicas),
+            "isr": list(p.isr), "leader": p.leader, "leader_epoch": p.leader_epoch,
+            "partition_epoch": p.partition_epoch, "adding_replicas": list(p.adding_replicas),
+            "removing_replicas": list(p.removing_replicas), "leader_recovery_state": p.leader_recovery_state,
+            "elr": list(p.elr), "last_known_elr": list(p.last_known_elr), "directories": list(p.directories),
+            "last_offset": p.last_offset, "last_timestamp": p.last_timestamp}
+
+
+def history_row(topic: str, event: dict, before: PartitionRegistration | None,
+                after: PartitionRegistration | None) -> dict:
+    current = after if after is not None else before
+    change = "create" if before is None else "delete" if after is None else "change"
+    return {
+        "offset": after.last_offset if after is not None else event["offset"],
+        "timestamp": after.last_timestamp if after is not None else event["timestamp"],
+        "applied_offset": event["offset"], "cause": event["type"], "change": change,
+        "topic": topic, "topic_id": current.topic_id, "partition": current.partition_id,
+        "leader_before": None if before is None else before.leader,
+        "leader": None if after is None else after.leader,
+        "isr_before": None if before is None else list(before.isr),
+        "isr": None if after is None else list(after.isr),
+        "replicas_before": None if before is None else list(before.replicas),
+        "replicas": None if after is None else list(after.replicas),
+        "leader_epoch_before": None if before is None else before.leader_epoch,
+        "leader_epoch": None if after is None else after.leader_epoch,
+        "partition_epoch_before": None if before is None else before.partition_epoch,
+        "partition_epoch": None if after is None else after.partition_epoch,
+        "adding_replicas": None if after is None else list(after.adding_replicas),
+        "removing_replicas": None if after is None else list(after.removing_replicas),
+        "elr": None if after is None else list(after.elr),
+        "leader_recovery_state": None if after is None else after.leader_recovery_state,
+    }
+
+
+def broker_row(b: BrokerRegistration, event: dict) -> dict:
+    return {"broker_id": b.id, "epoch": b.epoch, "incarnation_id": b.incarnation_id, "fenced": b.fenced,
+            "in_controlled_shutdown": b.in_controlled_shutdown, "rack": b.rack,
+            "listeners": [f"{e.name}://{e.host}:{e.port}" for e in b.listeners],
+            "last_offset": event["offset"], "last_timestamp": event["timestamp"]}
+
+
+def rejected_row(event: dict, reason: str, offset: int | None = None, type_: str | None = None) -> dict:
+    return {"stage": "replay", "source": event.get("source"), "position": event.get("position"),
+            "offset": event["offset"] if offset is None else offset, "type": type_ or event["type"],
+            "version": event.get("version"), "error": "INVALID_RECORD", "reason": reason,
+            "raw": None, "raw_length": None}
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.rows: list[Output] = []
+        self.seq = 0
+
+    def add(self, table: str, op: str, offset: int, row: dict) -> None:
+        self.rows.append(Output(table, op, offset, self.seq, row))
+        self.seq += 1
+
+
+def _topics_snapshot(image: ClusterImage) -> dict[str, tuple[str, int]]:
+    return {tid: (t.name, len(t.partitions)) for tid, t in image.topics.items()}
+
+
+def step(shard: int, shards: int, state: ShardState, events: Iterable[dict]) -> list[Output]:
+    """Replay this shard's events (offset order) into its image; the rows the warehouse must get.
+
+    Events at or below the state's last offset were applied already (a micro-batch that Spark
+    re-runs after a failure) and are skipped, which keeps the step idempotent on its own.
+    """
+    out = _Collector()
+    image = state.image
+    topics_before = _topics_snapshot(image)
+    configs_before = {k: dict(v) for k, v in image.configs.items()} if shard == 0 else {}
+    names = {tid: t.name for tid, t in image.topics.items()}
+    for event in sorted(events, key=lambda e: e["offset"]):
+        if event["offset"] <= state.last_offset:
+            continue
+        state.last_offset = event["offset"]
+        result = replay(image, event)
+        owner = event["type"] in TOPIC_SCOPED or shard == 0  # broadcast events are reported once
+        if result.rejected is not None and owner:
+            out.add("rejected", "append", event["offset"], rejected_row(event, result.rejected))
+        if owner:
+            for offset, type_, reason in result.deferred_rejections:
+                out.add("rejected", "append", offset, rejected_row(event, reason, offset, type_))
+        names.update({tid: t.name for tid, t in image.topics.items() if tid not in names})
+        for before, after in result.partition_changes:
+            current = after if after is not None else before
+            topic = names.get(current.topic_id, "")
+            out.add("partition_history", "append", event["offset"], history_row(topic, event, before, after))
+            key = {"topic_id": current.topic_id, "partition": current.partition_id}
+            if after is None:
+                out.add("partitions", "delete", event["offset"], key)
+            else:
+                out.add("partitions", "upsert", event["offset"], partition_row(topic, after))
+        if shard == 0:
+            for before, after in result.broker_changes:
+                if after is None:
+                    out.add("brokers", "delete", event["offset"], {"broker_id": before.id})
+                else:
+                    out.add("brokers", "upsert", event["offset"], broker_row(after, event))
+    last = state.last_offset
+    topics_after = _topics_snapshot(image)
+    for tid in sorted(topics_before.keys() | topics_after.keys()):
+        if topics_before.get(tid) == topics_after.get(tid):
+            continue
+        if tid in topics_after:
+            name, count = topics_after[tid]
+            out.add("topics", "upsert", last, {"topic_id": tid, "name": name, "partitions": count})
+        else:
+            out.add("topics", "delete", last, {"topic_id": tid})
+    if shard == 0:
+        for key in sorted(configs_before.keys() | image.configs.keys()):
+            old, new = configs_before.get(key, {}), image.configs.get(key, {})
+            for name in sorted(old.keys() | new.keys()):
+                row = {"resource_type": key[0], "resource_name": key[1], "name": name}
+                if name not in new:
+                    out.add("configs", "delete", last, row)
+                elif old.get(name) != new[name]:
+                    out.add("configs", "upsert", last, {**row, "value": new[name]})
+    return out.rows
+
+
+KEYS = {"partitions": ("topic_id", "partition"), "brokers": ("broker_id",), "topics": ("topic_id",),
+        "configs": ("resource_type", "resource_name", "name")}
+
+
+def apply_outputs(tables: dict[str, dict], outputs: Iterable[Output]) -> None:
+    """Fold outputs into in-memory tables (keyed rows for state, lists for appends), in order."""
+    for o in sorted(outputs, key=lambda o: (o.offset, o.seq)):
+        if o.op == "append":
+            tables.setdefault(o.table, []).append(o.row)
+            continue
+        key = tuple(o.row[k] for k in KEYS[o.table])
+        rows = tables.setdefault(o.table, {})
+        if o.op == "delete":
+            rows.pop(key, None)
+        else:
+            rows[key] = o.row
+
+
+def replay_log(events: Iterable[dict], shards: int) -> tuple[dict[str, dict | list], list[ShardState]]:
+    """The whole pipeline in-process: route, step every shard, fold the outputs into tables."""
+    states = [ShardState(ClusterImage()) for _ in range(shards)]
+    per_shard: list[list[dict]] = [[] for _ in range(shards)]
+    for event in events:
+        for shard in routes(event, shards):
+            per_shard[shard].append(event)
+    tables: dict[str, dict | list] = {}
+    outputs: list[Output] = []
+    for shard in range(shards):
+        outputs.extend(step(shard, shards, states[shard], per_shard[shard]))
+    apply_outputs(tables, outputs)
+    return tables, states
+
+
+def iter_rows(table: dict | list) -> Iterator[dict]:
+    return iter(table.values() if isinstance(table, dict) else table)
