@@ -1,0 +1,56 @@
+"""Shared fixtures: one SparkSession for the whole run (starting Spark costs seconds, a test
+should cost milliseconds) and the location of the real Kafka logs."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+LIB = REPO_ROOT / "lib"
+if str(LIB) not in sys.path:
+    sys.path.insert(0, str(LIB))  # `pytest` straight from the venv works too, not only ./run-tests.sh
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    # Python workers must run this interpreter, or they import another pyspark/pyarrow.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("kraftlake-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("spark-warehouse")))
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("WARN")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    """``<repo>/../shared/fixtures/kafka-logs``: logs written by real Kafka clusters."""
+    path = REPO_ROOT.parent / "shared" / "fixtures" / "kafka-logs"
+    if not path.is_dir():
+        pytest.fail(
+            f"Kafka log fixtures not found at {path}: the tests expect the shared/ directory "
+            "beside the repository (shared/fixtures/kafka-logs)."
+        )
+    return path
