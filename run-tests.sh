@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Run the test suite with the project's pinned environment (.venv), from any directory.
+#
+# Usage: ./run-tests.sh [pytest args]
+#   ./run-tests.sh -q                          # everything under tests/
+#   ./run-tests.sh -q -k config                # select by name
+#   ./run-tests.sh tests/test_config.py -x     # only the given paths
+#
+# A run that collects no test (pytest exit 5) fails: a green run must have tested something.
+set -euo pipefail
+
+# shellcheck source=scripts/venv.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/scripts/venv.sh"
+cd "$KL_ROOT"
+
+export PYTHONPATH="$KL_ROOT/lib${PYTHONPATH:+:$PYTHONPATH}"
+# Spark's Python workers must use the venv too, or they import a different pyspark/pyarrow.
+export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$KL_PY}"
+export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$KL_PY}"
+
+# Run all of tests/ unless paths were named (passing `tests` as well would run everything).
+targets=(tests)
+for a in "$@"; do
+    if [[ "$a" != -* && -e "${a%%::*}" ]]; then
+        targets=()
+        break
+    fi
+done
+
+set +e
+"$KL_PY" -m pytest "${targets[@]+"${targets[@]}"}" "$@"
+rc=$?
+set -e
+if (( rc == 5 )); then
+    echo "run-tests.sh: pytest collected no tests (exit 5); failing, because a run that tests nothing proves nothing." >&2
+    exit 1
+fi
+exit "$rc"

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Run a kraftlake job with the project's own pinned Spark (.venv), from any directory.
+#
+# Usage: ./spark-submit.sh [spark-submit options] jobs/X.py [job args]
+#   ./spark-submit.sh jobs/controller.py --warehouse W                      # local[*], no services
+#   ./spark-submit.sh --master spark://host:7077 --conf spark.x=y jobs/sql.py --warehouse W "SELECT 1"
+#
+# Options before the job go to spark-submit unchanged. Added for you: --master local[*] (unless
+# you chose a master), --py-files build/kraftlake.zip (merged with yours), PYSPARK_PYTHON /
+# PYSPARK_DRIVER_PYTHON = the venv's python (unless set), PYTHONPATH += lib, and a WARN-level
+# conf/log4j2.properties (unless you pass driver Java options yourself).
+set -euo pipefail
+
+# shellcheck source=scripts/venv.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/scripts/venv.sh"
+
+# The JVM side must be the Spark that matches the venv's pyspark, whatever SPARK_HOME says.
+spark_home="$("$KL_PY" -c 'import importlib.util, os; print(os.path.dirname(importlib.util.find_spec("pyspark").origin))')" \
+    || { echo "spark-submit.sh: pyspark is not importable from $KL_VENV" >&2; exit 1; }
+if [[ -n "${SPARK_HOME:-}" && "$SPARK_HOME" != "$spark_home" ]]; then
+    echo "spark-submit.sh: ignoring SPARK_HOME=$SPARK_HOME; using the pinned Spark in .venv" >&2
+fi
+export SPARK_HOME="$spark_home"
+export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$KL_PY}"
+export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$KL_PY}"
+export PYTHONPATH="$KL_ROOT/lib${PYTHONPATH:+:$PYTHONPATH}"
+
+usage() {
+    sed -n '2,11s/^# \{0,1\}//p' "$KL_ROOT/spark-submit.sh" >&2
+    exit 2
+}
+
+# spark-submit's options that take no value; every other option takes one (SparkSubmitOptionParser).
+is_flag() {
+    case "$1" in
+        --help|-h|--verbose|-v|--version|--supervise|--usage-error) return 0 ;;
+        *) return 1 ;;
+    esac
+}
+
+spark_opts=()
+user_py_files=()
+have_master=false
+have_java_opts=false
+cluster_mode=false
+job=""
+
+add_py_files() { local IFS=','; local f; for f in $1; do [[ -n "$f" ]] && user_py_files+=("$f"); done; return 0; }
+
+# Walk the options the way spark-submit does: the first argument that is not an option or an
+# option's value is the job. Looking at values keeps `--py-files extra.py jobs/x.py` right.
+while (( $# > 0 )); do
+    arg="$1"
+    if [[ "$arg" != -* ]]; then
+        job="$arg"
+        shift
+        break
+    fi
+    if is_flag "$arg"; then
+        spark_opts+=("$arg")
+        shift
+        continue
+    fi
+    if [[ "$arg" == --*=* ]]; then
+        name="${arg%%=*}"
+        value="${arg#*=}"
+        shift
+    else
+        (( $# >= 2 )) || { echo "spark-submit.sh: option $arg needs a value" >&2; usage; }
+        name="$arg"
+        value="$2"
+        shift 2
+    fi
+    case "$name" in
+        --py-files)
+            add_py_files "$value"
+            continue ;;  # merged into one --py-files below
+        --master)
+            have_master=true ;;
+        --driver-java-options)
+            have_java_opts=true ;;
+        --deploy-mode)
+            [[ "$value" == cluster ]] && cluster_mode=true ;;
+        --conf|-c)
+            case "$value" in
+                spark.master=*) have_master=true ;;
+                spark.driver.extraJavaOptions=*) have_java_opts=true ;;
+                spark.submit.deployMode=cluster) cluster_mode=true ;;
+            esac ;;
+    esac
+    spark_opts+=("$name" "$value")
+done
+
+if [[ -z "$job" ]]; then
+    # `./spark-submit.sh --version` / `--help` are still useful without a job.
+    for o in "${spark_opts[@]+"${spark_opts[@]}"}"; do
+        case "$o" in --version|--help|-h) exec "$KL_VENV/bin/spark-submit" "${spark_opts[@]}" ;; esac
+    done
+    echo "spark-submit.sh: no job given" >&2
+    usage
+fi
+if [[ "$job" != *.py ]]; then
+    echo "spark-submit.sh: the job must be a Python file (jobs/X.py), got '$job'" >&2
+    usage
+fi
+[[ -f "$job" ]] || { echo "spark-submit.sh: job file not found: $job" >&2; exit 2; }
+
+# Ship the library to executors: a fresh zip every run (cheap), written aside then moved, so a
+# concurrent run never picks up a half-written archive.
+zip_path="$KL_ROOT/build/kraftlake.zip"
+mkdir -p "$KL_ROOT/build"
+"$KL_PY" - "$KL_ROOT/lib" "$zip_path" <<'PY'
+import os, sys, tempfile, zipfile
+lib, out = sys.argv[1], sys.argv[2]
+fd, tmp = tempfile.mkstemp(dir=os.path.dirname(out), suffix=".zip.tmp")
+os.close(fd)
+with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+    for dirpath, dirnames, filenames in os.walk(os.path.join(lib, "kraftlake")):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in sorted(filenames):
+            if name.endswith((".pyc", ".pyo")):
+                continue
+            path = os.path.join(dirpath, name)
+            zf.write(path, os.path.relpath(path, lib))
+os.replace(tmp, out)
+PY
+
+py_files="$zip_path"
+for f in "${user_py_files[@]+"${user_py_files[@]}"}"; do
+    if [[ "$f" != "$zip_path" && "$(realpath -m -- "$f" 2>/dev/null || echo "$f")" != "$zip_path" ]]; then
+        case ",$py_files," in *",$f,"*) ;; *) py_files="$py_files,$f" ;; esac
+    fi
+done
+
+extra=()
+if ! $have_master && [[ -z "${MASTER:-}" ]]; then
+    extra+=(--master 'local[*]')
+fi
+extra+=(--py-files "$py_files")
+if ! $have_java_opts && ! $cluster_mode; then
+    # Driver logging only: in cluster mode the driver runs elsewhere and this file is not there.
+    extra+=(--driver-java-options "-Dlog4j2.configurationFile=file:$KL_ROOT/conf/log4j2.properties")
+fi
+
+exec "$KL_VENV/bin/spark-submit" "${spark_opts[@]+"${spark_opts[@]}"}" "${extra[@]}" "$job" "$@"
