@@ -147,9 +147,10 @@ def test_packaged_defaults_readable_from_a_zip(tmp_path: Path) -> None:
 
     archive = tmp_path / "kraftlake.zip"
     with zipfile.ZipFile(archive, "w") as zf:
-        for f in (REPO_ROOT / "lib" / "kraftlake").iterdir():
-            if f.is_file() and f.suffix in (".py", ".properties"):
-                zf.write(f, f"kraftlake/{f.name}")
+        lib = REPO_ROOT / "lib"
+        for f in sorted((lib / "kraftlake").rglob("*")):
+            if f.is_file() and f.suffix in (".py", ".properties") and "__pycache__" not in f.parts:
+                zf.write(f, f.relative_to(lib).as_posix())
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
         "import kraftlake.config as c; c.default_properties_path = lambda: None;"
