@@ -1,0 +1,1 @@
+"""The warehouse: one directory (or URI) of Delta tables."""

@@ -1,0 +1,291 @@
+"""Delta tables through delta-rs (the ``deltalake`` package): commits and reads without Spark.
+
+No pyspark import here: the Spark data source imports this module on executors, and the jobs write
+from the driver through it whether or not a SparkSession exists. Every write that must happen once
+carries a Delta application transaction ``(app_id, version)`` in the same commit as its data (ADR 0001),
+so a retried micro-batch is skipped instead of duplicated.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Union
+from urllib.parse import urlparse
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import pyarrow.fs as pafs
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+ArrowData = Union[pa.Table, pa.RecordBatchReader, Iterable[pa.RecordBatch]]
+Txn = tuple[str, int]
+
+# Marks the rows of an upsert's source that delete their key; never reaches the target table.
+_DELETE_FLAG = "__kraftlake_delete"
+
+
+def normalize_root(root: str) -> str:
+    """Absolute path for local roots: executors and the Delta log must not depend on a cwd."""
+    parsed = urlparse(root)
+    if parsed.scheme == "file":
+        return os.path.abspath(parsed.path)
+    if parsed.scheme == "":
+        return os.path.abspath(root)
+    return root.rstrip("/")
+
+
+@dataclass(frozen=True)
+class FileRange:
+    """One active data file and the range of one integer column in it, from the Delta log's stats.
+
+    ``lo``/``hi`` are None when the log has no statistics for the column in this file, which callers
+    must treat as "may hold any value".
+    """
+
+    path: str
+    num_records: int
+    lo: int | None
+    hi: int | None
+
+    def may_hold_above(self, value: int) -> bool:
+        return self.hi is None or self.hi > value
+
+    def may_hold_in(self, lo: int, hi: int) -> bool:
+        """Whether the file may hold a value v with lo < v <= hi."""
+        return (self.hi is None or self.hi > lo) and (self.lo is None or self.lo <= hi)
+
+
+def file_ranges(table: DeltaTable, column: str) -> list[FileRange]:
+    """Active files with their min/max of ``column``, taken from the log so no data file is opened."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    n = actions.num_rows
+    nothing = [None] * n
+    lows = actions.column(f"min.{column}").to_pylist() if f"min.{column}" in actions.column_names else nothing
+    highs = actions.column(f"max.{column}").to_pylist() if f"max.{column}" in actions.column_names else nothing
+    return [
+        FileRange(path, records or 0, lo, hi)
+        for path, records, lo, hi in zip(
+            actions.column("path").to_pylist(),
+            actions.column("num_records").to_pylist(),
+            lows,
+            highs,
+        )
+    ]
+
+
+def _fragments(table: DeltaTable) -> dict[str, pads.Fragment]:
+    return {fragment.path: fragment for fragment in table.to_pyarrow_dataset().get_fragments()}
+
+
+def column_max(table: DeltaTable, column: str) -> Any:
+    """Max of ``column`` from file statistics; only files without usable statistics are read."""
+    ranges = file_ranges(table, column)
+    known = [r.hi for r in ranges if r.hi is not None]
+    unknown = [r.path for r in ranges if r.hi is None and r.num_records > 0]
+    if unknown:
+        fragments = _fragments(table)
+        for path in unknown:
+            values = fragments[path].to_table(columns=[column]).column(column)
+            best = pc.max(values).as_py()
+            if best is not None:
+                known.append(best)
+    return max(known) if known else None
+
+
+def nth_value_after(table: DeltaTable, column: str, after: int, n: int) -> int | None:
+    """The n-th smallest value of ``column`` greater than ``after``; None when fewer than n exist.
+
+    Files are visited in order of their minimum, and the walk stops as soon as no unread file can
+    hold a value below the current candidate: with an append-only log of small files this reads only
+    the files covering the next n rows, not the whole tail of the table. Correct for overlapping or
+    statistics-free files too (e.g. after OPTIMIZE), which are simply read.
+    """
+    candidates = [r for r in file_ranges(table, column) if r.num_records and r.may_hold_above(after)]
+    candidates.sort(key=lambda r: -np.inf if r.lo is None else r.lo)
+    fragments = _fragments(table) if candidates else {}
+    smallest = np.empty(0, dtype=np.int64)
+    for file in candidates:
+        if len(smallest) >= n and file.lo is not None and file.lo > smallest[n - 1]:
+            break
+        values = fragments[file.path].to_table(columns=[column], filter=pc.field(column) > after)
+        found = values.column(column).drop_null().to_numpy().astype(np.int64, copy=False)
+        smallest = np.sort(np.concatenate([smallest, found]))[:n]
+    return int(smallest[n - 1]) if len(smallest) >= n else None
+
+
+def split_range(table: DeltaTable, column: str, lo: int, hi: int, target_rows: int) -> list[tuple[int, int]]:
+    """Cut (lo, hi] into consecutive ranges of about ``target_rows`` rows each, at file boundaries.
+
+    Row counts come from the log (whole files, so a boundary file counts fully): the sizes are
+    estimates, the ranges always tile (lo, hi] exactly.
+    """
+    files = [r for r in file_ranges(table, column) if r.num_records and r.may_hold_in(lo, hi)]
+    files.sort(key=lambda r: -np.inf if r.lo is None else r.lo)
+    cuts: list[int] = []
+    rows = 0
+    for file in files:
+        rows += file.num_records
+        if rows >= target_rows and file.hi is not None and lo < file.hi < hi and (not cuts or file.hi > cuts[-1]):
+            cuts.append(file.hi)
+            rows = 0
+    bounds = [lo, *cuts, hi]
+    return list(zip(bounds, bounds[1:]))
+
+
+def read_range(table: DeltaTable, column: str, lo: int, hi: int, columns: list[str] | None = None) -> pa.Table:
+    """Rows with lo < column <= hi, sorted by it; files outside the range are skipped via the log."""
+    dataset = table.to_pyarrow_dataset(file_pruning_predicate=[(column, ">", lo), (column, "<=", hi)])
+    rows = dataset.to_table(columns=columns, filter=(pc.field(column) > lo) & (pc.field(column) <= hi))
+    return rows.sort_by(column)
+
+
+def _conform_batches(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        yield batch.select(schema.names).cast(schema)
+
+
+def _as_reader(data: ArrowData, schema: pa.Schema) -> pa.RecordBatchReader:
+    """One lazy stream in the target schema: a reader is consumed batch by batch, never collected."""
+    if isinstance(data, pa.Table):
+        return data.select(schema.names).cast(schema).to_reader()
+    return pa.RecordBatchReader.from_batches(schema, _conform_batches(data, schema))
+
+
+def _source_schema(schema: pa.Schema, keys: list[str], table: pa.Schema) -> pa.Schema:
+    """An upsert source: values nullable (delete rows carry only keys), keys as nullable as in the table.
+
+    A key more nullable than the table's makes delta-rs 1.6 (merge_schema=True) reject the target rows
+    the source does not match, as if their key were null (delta-rs#4527).
+    """
+    def key_nullable(field: pa.Field) -> bool:
+        return table.field(field.name).nullable if field.name in table.names else field.nullable
+
+    return pa.schema([field.with_nullable(key_nullable(field) if field.name in keys else True) for field in schema])
+
+
+class DeltaRsTables:
+    """A warehouse directory (local path or URI) of Delta tables, ``<root>/<name>``, written with delta-rs."""
+
+    def __init__(self, root: str) -> None:
+        self.root = normalize_root(root)
+
+    def path(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    def exists(self, name: str) -> bool:
+        return DeltaTable.is_deltatable(self.path(name))
+
+    def names(self) -> list[str]:
+        filesystem, base = pafs.FileSystem.from_uri(self.root)
+        entries = filesystem.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+        dirs = sorted(entry.base_name for entry in entries if entry.type == pafs.FileType.Directory)
+        return [name for name in dirs if self.exists(name)]
+
+    def table(self, name: str) -> DeltaTable:
+        return DeltaTable(self.path(name))
+
+    def version(self, name: str) -> int:
+        return self.table(name).version()
+
+    def create_if_missing(self, name: str, schema: pa.Schema) -> None:
+        DeltaTable.create(self.path(name), schema, mode="ignore")
+
+    def txn_version(self, name: str, app_id: str) -> int | None:
+        if not self.exists(name):
+            return None
+        return self.table(name).transaction_version(app_id)
+
+    def _already_committed(self, name: str, txn: Txn | None) -> bool:
+        if txn is None:
+            return False
+        committed = self.txn_version(name, txn[0])
+        return committed is not None and committed >= txn[1]
+
+    @staticmethod
+    def _commit_properties(txn: Txn | None) -> CommitProperties | None:
+        return None if txn is None else CommitProperties(app_transactions=[Transaction(txn[0], txn[1])])
+
+    def append(self, name: str, data: ArrowData, schema: pa.Schema, txn: Txn | None = None) -> bool:
+        """Append in one commit, carrying ``txn``; False (nothing written) if ``txn`` is already committed.
+
+        A reader or iterable is streamed to the writer batch by batch, so memory stays bounded by the
+        writer's file buffer. ``schema_mode="merge"`` lets a schema that gained nullable columns (a
+        new message type's struct column) extend the table; it adds no metadata action when nothing
+        changed. An empty append still commits ``txn``, so the batch counts as done.
+        """
+        if self._already_committed(name, txn):
+            return False
+        write_deltalake(
+            self.path(name),
+            _as_reader(data, schema),
+            mode="append",
+            schema_mode="merge",
+            commit_properties=self._commit_properties(txn),
+        )
+        return True
+
+    def upsert(
+        self,
+        name: str,
+        data: pa.Table,
+        keys: list[str],
+        schema: pa.Schema,
+        txn: Txn | None = None,
+        delete_keys: pa.Table | None = None,
+    ) -> bool:
+        """MERGE by ``keys``: rows of ``data`` replace or insert, keys in ``delete_keys`` are removed.
+
+        Updates and deletes go through one MERGE (deletes as flagged source rows) so they land in a
+        single commit with ``txn``. A key must not appear twice in the source, nor in both ``data``
+        and ``delete_keys``: Delta rejects a target row matched by several source rows.
+        """
+        if self._already_committed(name, txn):
+            return False
+        self.create_if_missing(name, schema)
+        table = self.table(name)
+        row_schema = _source_schema(schema, keys, pa.schema(table.schema().to_arrow()))
+        source_schema = row_schema.append(pa.field(_DELETE_FLAG, pa.bool_(), nullable=False))
+        upserts = data.select(schema.names).cast(row_schema)
+        parts = [upserts.append_column(_DELETE_FLAG, pa.repeat(False, upserts.num_rows))]
+        if delete_keys is not None and delete_keys.num_rows:
+            n = delete_keys.num_rows
+            columns = [
+                delete_keys.column(f.name).cast(f.type) if f.name in keys else pa.nulls(n, f.type)
+                for f in source_schema
+            ]
+            columns[-1] = pa.repeat(True, n)
+            parts.append(pa.Table.from_arrays(columns, schema=source_schema))
+        source = pa.concat_tables([p.cast(source_schema) for p in parts])
+        if source.num_rows == 0:
+            return self.append(name, upserts, schema, txn)
+        on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+        flag = f"s.`{_DELETE_FLAG}`"
+        (
+            table.merge(
+                source,
+                on,
+                source_alias="s",
+                target_alias="t",
+                merge_schema=True,
+                commit_properties=self._commit_properties(txn),
+            )
+            .when_matched_delete(predicate=flag)
+            .when_matched_update_all(predicate=f"NOT {flag}", except_cols=[_DELETE_FLAG])
+            .when_not_matched_insert_all(predicate=f"NOT {flag}", except_cols=[_DELETE_FLAG])
+            .execute()
+        )
+        return True
+
+    def read_arrow(self, name: str, columns: list[str] | None = None, filter: pc.Expression | None = None) -> pa.Table:
+        """Read through the table's pyarrow dataset, whose Parquet statistics prune row groups for ``filter``."""
+        return self.table(name).to_pyarrow_dataset().to_table(columns=columns, filter=filter)
+
+    def max_value(self, name: str, column: str) -> Any:
+        """Max of a top-level column from the log's file statistics (no data read when stats exist)."""
+        if not self.exists(name):
+            return None
+        return column_max(self.table(name), column)

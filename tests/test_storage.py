@@ -1,0 +1,193 @@
+"""The delta-rs storage layer on real Delta tables, without Spark."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from deltalake import DeltaTable
+
+import kraftlake
+from kraftlake.storage.deltars import DeltaRsTables, column_max, nth_value_after, read_range, split_range
+
+LOG = pa.schema(
+    [
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("type", pa.string()),
+        pa.field("BrokerHeartbeatRequest", pa.struct([("BrokerId", pa.int32()), ("WantShutDown", pa.bool_())])),
+    ]
+)
+KV = pa.schema([pa.field("id", pa.int32(), nullable=False), pa.field("v", pa.string())])
+
+
+def log_rows(offsets: list[int]) -> pa.Table:
+    return pa.table(
+        {
+            "offset": offsets,
+            "type": ["BrokerHeartbeatRequest"] * len(offsets),
+            "BrokerHeartbeatRequest": [{"BrokerId": o % 3, "WantShutDown": False} for o in offsets],
+        },
+        schema=LOG,
+    )
+
+
+def offsets(tables: DeltaRsTables, name: str) -> list[int]:
+    return sorted(tables.read_arrow(name, columns=["offset"]).column("offset").to_pylist())
+
+
+@pytest.fixture
+def tables(tmp_path: Path) -> DeltaRsTables:
+    return DeltaRsTables(str(tmp_path / "warehouse"))
+
+
+def test_append_is_idempotent_per_transaction(tables: DeltaRsTables) -> None:
+    assert tables.txn_version("metadata_log", "ingest") is None
+    assert tables.append("metadata_log", log_rows([0, 1, 2]), LOG, txn=("ingest", 0))
+    assert not tables.append("metadata_log", log_rows([0, 1, 2]), LOG, txn=("ingest", 0))
+    assert offsets(tables, "metadata_log") == [0, 1, 2]
+    assert tables.append("metadata_log", log_rows([3]), LOG, txn=("ingest", 1))
+    assert not tables.append("metadata_log", log_rows([3]), LOG, txn=("ingest", 0))  # older version: done too
+    assert tables.append("metadata_log", log_rows([4]), LOG, txn=("other-app", 0))
+    assert offsets(tables, "metadata_log") == [0, 1, 2, 3, 4]
+    assert tables.txn_version("metadata_log", "ingest") == 1
+    assert tables.txn_version("metadata_log", "other-app") == 0
+
+
+def test_empty_append_still_commits_its_transaction(tables: DeltaRsTables) -> None:
+    tables.create_if_missing("metadata_log", LOG)
+    assert tables.append("metadata_log", log_rows([]), LOG, txn=("q", 7))
+    assert tables.txn_version("metadata_log", "q") == 7
+    assert offsets(tables, "metadata_log") == []
+
+
+def test_append_streams_a_record_batch_reader(tables: DeltaRsTables) -> None:
+    pulled: list[int] = []
+
+    def batches():
+        for start in range(0, 50, 10):
+            pulled.append(start)
+            yield log_rows(list(range(start, start + 10))).to_batches()[0]
+
+    reader = pa.RecordBatchReader.from_batches(LOG, batches())
+    assert pulled == []  # nothing was read ahead of the writer
+    assert tables.append("metadata_log", reader, LOG, txn=("ingest", 0))
+    assert pulled == [0, 10, 20, 30, 40]
+    assert offsets(tables, "metadata_log") == list(range(50))
+    assert tables.version("metadata_log") == 0  # one commit for all batches
+    # A plain iterable of batches, cast to the schema (int32 offsets become the table's int64).
+    narrow = pa.record_batch({"offset": pa.array([50], pa.int32()), "type": ["x"], "BrokerHeartbeatRequest": [None]})
+    assert tables.append("metadata_log", [narrow], LOG)
+    assert offsets(tables, "metadata_log")[-1] == 50
+
+
+def test_append_merges_a_new_struct_column(tables: DeltaRsTables) -> None:
+    tables.append("metadata_log", log_rows([0, 1]), LOG)
+    wider = LOG.append(pa.field("FenceBrokerRecord", pa.struct([("Id", pa.int32()), ("Epoch", pa.int64())])))
+    rows = pa.table(
+        {
+            "offset": [2],
+            "type": ["FenceBrokerRecord"],
+            "BrokerHeartbeatRequest": [None],
+            "FenceBrokerRecord": [{"Id": 1, "Epoch": 5}],
+        },
+        schema=wider,
+    )
+    assert tables.append("metadata_log", rows, wider, txn=("ingest", 1))
+    assert tables.table("metadata_log").schema().to_arrow().names == wider.names
+    got = tables.read_arrow("metadata_log").sort_by("offset")
+    assert got.column("FenceBrokerRecord").to_pylist() == [None, None, {"Id": 1, "Epoch": 5}]
+    assert got.column("BrokerHeartbeatRequest").to_pylist()[0] == {"BrokerId": 0, "WantShutDown": False}
+
+
+def test_upsert_updates_inserts_deletes_once(tables: DeltaRsTables) -> None:
+    def state() -> list[dict]:
+        return tables.read_arrow("brokers").sort_by("id").to_pylist()
+
+    first = pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}, schema=KV)
+    assert tables.upsert("brokers", first, ["id"], KV, txn=("ctl", 0))
+    batch = pa.table({"id": [2, 4], "v": ["B", "d"]}, schema=KV)
+    gone = pa.table({"id": pa.array([1, 9], pa.int32())})  # 9 is absent: deleting it is a no-op
+    assert tables.upsert("brokers", batch, ["id"], KV, txn=("ctl", 1), delete_keys=gone)
+    expected = [{"id": 2, "v": "B"}, {"id": 3, "v": "c"}, {"id": 4, "v": "d"}]
+    assert state() == expected
+    version = tables.version("brokers")
+    # The retry of batch 1 (even with different content) changes nothing.
+    assert not tables.upsert("brokers", pa.table({"id": [3], "v": ["X"]}, schema=KV), ["id"], KV, ("ctl", 1), gone)
+    assert state() == expected and tables.version("brokers") == version
+    assert tables.txn_version("brokers", "ctl") == 1
+    assert "__kraftlake_delete" not in tables.table("brokers").schema().to_arrow().names
+    # Deletes alone, and an empty batch that still records its transaction.
+    only_deletes = pa.table({"id": pa.array([3], pa.int32())})
+    assert tables.upsert("brokers", KV.empty_table(), ["id"], KV, ("ctl", 2), only_deletes)
+    assert tables.upsert("brokers", KV.empty_table(), ["id"], KV, ("ctl", 3))
+    assert state() == [{"id": 2, "v": "B"}, {"id": 4, "v": "d"}]
+    assert tables.txn_version("brokers", "ctl") == 3
+
+
+def test_upsert_keeps_unmatched_rows_of_a_non_null_key(tables: DeltaRsTables) -> None:
+    """delta-rs#4527: a nullable source key made MERGE reject the target rows it did not match."""
+    tables.append("metadata_log", log_rows([1, 2, 3]), LOG)
+    assert tables.upsert("metadata_log", log_rows([3]), ["offset"], LOG, delete_keys=pa.table({"offset": [1]}))
+    assert offsets(tables, "metadata_log") == [2, 3]
+
+
+def test_reads_max_and_names(tables: DeltaRsTables) -> None:
+    assert tables.names() == [] and tables.max_value("metadata_log", "offset") is None
+    for chunk in ([0, 1], [5, 9], [12]):
+        tables.append("metadata_log", log_rows(chunk), LOG)
+    tables.create_if_missing("responses", KV)
+    assert tables.names() == ["metadata_log", "responses"]
+    assert tables.exists("responses") and not tables.exists("brokers")
+    assert tables.max_value("metadata_log", "offset") == 12
+    assert tables.max_value("responses", "id") is None
+    got = tables.read_arrow("metadata_log", columns=["offset"], filter=pc.field("offset") > 4)
+    assert sorted(got.column("offset").to_pylist()) == [5, 9, 12]
+    assert tables.version("metadata_log") == 2
+
+
+def test_relative_and_file_uri_roots_become_absolute_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert DeltaRsTables("wh").root == str(tmp_path / "wh")
+    assert DeltaRsTables(f"file://{tmp_path}/wh/").path("log") == str(tmp_path / "wh" / "log")
+
+
+def test_offset_helpers_with_gaps_many_files_and_compaction(tables: DeltaRsTables) -> None:
+    chunks = [[0, 1, 2], [5], [6, 9, 10], [11], [20, 21, 22, 30]]
+    for chunk in chunks:
+        tables.append("metadata_log", log_rows(chunk), LOG)
+    everything = [o for chunk in chunks for o in chunk]
+
+    def check(table: DeltaTable) -> None:
+        for after in (-1, 0, 4, 9, 22, 30):
+            tail = [o for o in everything if o > after]
+            for n in (1, 3, 5, 100):
+                assert nth_value_after(table, "offset", after, n) == (tail[n - 1] if len(tail) >= n else None)
+        assert column_max(table, "offset") == 30
+        assert read_range(table, "offset", 2, 11).column("offset").to_pylist() == [5, 6, 9, 10, 11]
+        for target in (1, 4, 1000):
+            ranges = split_range(table, "offset", -1, 30, target)
+            assert ranges[0][0] == -1 and ranges[-1][1] == 30
+            assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(ranges, ranges[1:]))
+
+    table = tables.table("metadata_log")
+    check(table)
+    # Cuts fall on file boundaries inside the range: here every file is a range of its own.
+    assert split_range(table, "offset", 1, 21, 1) == [(1, 2), (2, 5), (5, 10), (10, 11), (11, 21)]
+    assert split_range(table, "offset", 1, 21, 4) == [(1, 5), (5, 11), (11, 21)]  # whole files: 3+1, 3+1, rest
+    table.optimize.compact()  # one file now: the same answers, and nothing to cut at
+    compacted = tables.table("metadata_log")
+    assert len(compacted.file_uris()) == 1
+    check(compacted)
+    assert split_range(compacted, "offset", -1, 30, 1) == [(-1, 30)]
+
+
+def test_delta_rs_tables_do_not_import_spark() -> None:
+    probe = "import sys, kraftlake.storage.deltars, kraftlake.storage; print('pyspark' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": str(Path(kraftlake.__file__).parents[1])}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env)
+    assert done.stdout.strip() == "False"
