@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -13,6 +14,7 @@ import pytest
 from deltalake import DeltaTable
 
 import kraftlake
+from kraftlake.storage import DELTA_RS, Warehouse, native, resolve_engine
 from kraftlake.storage.deltars import DeltaRsTables, column_max, nth_value_after, read_range, split_range
 
 LOG = pa.schema(
@@ -191,3 +193,51 @@ def test_delta_rs_tables_do_not_import_spark() -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(kraftlake.__file__).parents[1])}
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env)
     assert done.stdout.strip() == "False"
+
+
+def test_engine_selection_without_a_session(tmp_path: Path) -> None:
+    assert Warehouse(str(tmp_path)).engine == DELTA_RS
+    assert Warehouse(str(tmp_path), engine="delta-rs").engine == DELTA_RS
+    with pytest.raises(native.ConnectorMissing, match="SparkSession"):
+        Warehouse(str(tmp_path), engine="native")
+    with pytest.raises(ValueError, match="unknown storage engine"):
+        resolve_engine("parquet", None)
+    with pytest.raises(ValueError, match="spark=session"):
+        Warehouse(str(tmp_path)).read_df("metadata_log")
+
+
+def fake_session(extensions: str, loadable: bool) -> SimpleNamespace:
+    def for_name(name: str, initialize: bool, loader: object) -> object:
+        if not loadable:
+            raise RuntimeError(f"java.lang.ClassNotFoundException: {name}")
+        return object()
+
+    lang = SimpleNamespace(
+        Class=SimpleNamespace(forName=for_name),
+        Thread=SimpleNamespace(currentThread=lambda: SimpleNamespace(getContextClassLoader=lambda: None)),
+    )
+    return SimpleNamespace(
+        conf=SimpleNamespace(get=lambda key, default=None: extensions if key == "spark.sql.extensions" else default),
+        _jvm=SimpleNamespace(java=SimpleNamespace(lang=lang)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("extensions", "loadable", "expected"),
+    [
+        ("", False, "delta-rs"),
+        (native.EXTENSION, False, "delta-rs"),  # configured, but the jars are not on the classpath
+        ("", True, "delta-rs"),  # jars without the extension cannot MERGE or take txn ids
+        (f"com.example.Other, {native.EXTENSION}", True, "native"),
+    ],
+)
+def test_auto_engine_follows_the_connector(extensions: str, loadable: bool, expected: str) -> None:
+    assert resolve_engine("auto", fake_session(extensions, loadable)) == expected
+
+
+def test_forcing_native_without_the_connector_says_how_to_add_it() -> None:
+    with pytest.raises(native.ConnectorMissing) as error:
+        resolve_engine("native", fake_session(native.EXTENSION, loadable=False))
+    message = str(error.value)
+    assert "--packages io.delta:delta-spark_2.13:4.4.1" in message and "--jars" in message
+    assert resolve_engine("native", fake_session(native.EXTENSION, loadable=True)) == "native"

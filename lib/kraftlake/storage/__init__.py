@@ -1,1 +1,146 @@
-"""The warehouse: one directory (or URI) of Delta tables."""
+"""The warehouse: one directory (or URI) of Delta tables, behind one interface for both engines.
+
+Writes of Arrow data always go through delta-rs and need no Spark, so the pure parts (ingest,
+tests, tools) can commit without a session. Spark DataFrames are written by the session's engine.
+Reads into Spark go through the engine picked from the session: the native Delta connector when it
+is loaded, else the ``kraftlake_delta`` Python data source over delta-rs. Both produce and read the
+same standard Delta tables, so a warehouse moves freely between a laptop and a cluster.
+
+This package imports pyspark lazily: ``kraftlake.storage.deltars`` must stay importable without it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from kraftlake.storage.deltars import ArrowData, DeltaRsTables, Txn
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+AUTO, NATIVE, DELTA_RS = "auto", "native", "delta-rs"
+ENGINES = (AUTO, NATIVE, DELTA_RS)
+
+
+def resolve_engine(engine: str, spark: SparkSession | None) -> str:
+    """``auto`` means native exactly when the session has the Delta connector; forcing native without
+    it fails now, with how to add the jars, rather than at the first read."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown storage engine {engine!r}; expected one of {', '.join(ENGINES)}")
+    if engine == DELTA_RS or (engine == AUTO and spark is None):
+        return DELTA_RS
+    from kraftlake.storage import native
+
+    if spark is None:
+        raise native.ConnectorMissing("the native Delta engine reads and writes through a SparkSession; none was given")
+    if engine == NATIVE:
+        native.require_connector(spark)
+        return NATIVE
+    return NATIVE if native.has_connector(spark) else DELTA_RS
+
+
+def _is_spark(data: Any) -> bool:
+    return type(data).__module__.startswith("pyspark.")
+
+
+class Warehouse(DeltaRsTables):
+    """Tables ``<root>/<name>``; ``engine`` is ``auto``, ``native`` or ``delta-rs`` (e.g. from conf).
+
+    ``read_df`` on delta-rs uses the Python data source rather than ``spark.read.parquet`` over the
+    active files: it reads exactly the Delta snapshot through delta-rs (which refuses deletion
+    vectors and column mapping instead of returning deleted rows or wrong columns), reaches object
+    stores with delta-rs' own URIs and credentials (s3:// rather than Hadoop's s3a://), fills
+    columns added by schema evolution with nulls, and shares its code with the streaming reader.
+    The price is a Python worker per task and an Arrow hop into the JVM.
+    """
+
+    def __init__(self, root: str, engine: str = AUTO, spark: SparkSession | None = None) -> None:
+        super().__init__(root)
+        self.spark = spark
+        self.engine = resolve_engine(engine, spark)
+
+    def _session(self) -> SparkSession:
+        if self.spark is None:
+            raise ValueError("reading tables as Spark DataFrames needs Warehouse(..., spark=session)")
+        return self.spark
+
+    def append(self, name: str, data: ArrowData | DataFrame, schema: pa.Schema, txn: Txn | None = None) -> bool:
+        """As :meth:`DeltaRsTables.append`; a DataFrame is written by the native connector when the
+        engine is native, else collected to the driver as Arrow (fine for micro-batch outputs)."""
+        if _is_spark(data):
+            if self.engine == NATIVE:
+                from kraftlake.storage import native
+
+                if self._already_committed(name, txn):
+                    return False
+                native.append(data, self.path(name), txn)
+                return True
+            data = data.toArrow()
+        return super().append(name, data, schema, txn)
+
+    def upsert(
+        self,
+        name: str,
+        data: pa.Table | DataFrame,
+        keys: list[str],
+        schema: pa.Schema,
+        txn: Txn | None = None,
+        delete_keys: pa.Table | DataFrame | None = None,
+    ) -> bool:
+        """As :meth:`DeltaRsTables.upsert`, with DataFrames handled like in :meth:`append`."""
+        if _is_spark(data) and self.engine == NATIVE:
+            from kraftlake.storage import native
+
+            if self._already_committed(name, txn):
+                return False
+            self.create_if_missing(name, schema)
+            if delete_keys is not None and not _is_spark(delete_keys):
+                delete_keys = self._session().createDataFrame(delete_keys)
+            native.merge(self._session(), self.path(name), data, keys, delete_keys, txn)
+            return True
+        if _is_spark(data):
+            data = data.toArrow()
+        if _is_spark(delete_keys):
+            delete_keys = delete_keys.toArrow()
+        return super().upsert(name, data, keys, schema, txn, delete_keys)
+
+    def read_df(self, name: str) -> DataFrame:
+        spark = self._session()
+        if self.engine == NATIVE:
+            from kraftlake.storage import native
+
+            return native.read_df(spark, self.path(name))
+        from kraftlake.storage import datasource
+
+        datasource.register(spark)
+        return spark.read.format(datasource.NAME).load(self.path(name))
+
+    def read_stream(
+        self, name: str, max_records_per_batch: int | None = None, max_files_per_trigger: int | None = None
+    ) -> DataFrame:
+        """A stream of the table's rows; each engine bounds micro-batches its own way (see ``native``):
+        delta-rs by rows of the ``offset`` column, native by files."""
+        spark = self._session()
+        if self.engine == NATIVE:
+            from kraftlake.storage import native
+
+            if max_records_per_batch is not None:
+                raise ValueError(
+                    "max_records_per_batch needs the delta-rs engine: the native Delta source can only "
+                    "bound micro-batches by files (max_files_per_trigger)"
+                )
+            return native.read_stream(spark, self.path(name), max_files_per_trigger)
+        if max_files_per_trigger is not None:
+            raise ValueError("max_files_per_trigger is a native-engine option; delta-rs bounds batches by rows")
+        from kraftlake.storage import datasource
+
+        datasource.register(spark)
+        reader = spark.readStream.format(datasource.NAME)
+        if max_records_per_batch is not None:
+            reader = reader.option("maxRecordsPerBatch", max_records_per_batch)
+        return reader.load(self.path(name))
+
+
+__all__ = ["DELTA_RS", "NATIVE", "AUTO", "DeltaRsTables", "Warehouse", "resolve_engine"]

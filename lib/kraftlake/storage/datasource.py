@@ -1,0 +1,218 @@
+"""``kraftlake_delta``: a Spark Python Data Source over Delta tables committed by delta-rs.
+
+It is how a session without the Delta Spark connector reads the warehouse in a distributed way:
+planning (file lists, offsets) runs in a Python worker on the driver, and each task opens the
+table with delta-rs and ships Arrow batches to the JVM. The classes are pickled to executors, so
+everything here must import on a plain executor with pyspark, pyarrow and deltalake.
+
+Streaming position is the table's integer offset column, not the Delta version: the metadata log is
+appended in increasing offset order (ADR 0001), so "offset in (start, end]" names the same rows in
+every later version of the table, whatever files compaction produced, and a micro-batch can be cut
+at any row rather than at commit boundaries (which is what makes ``maxRecordsPerBatch`` possible).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+from deltalake import DeltaTable
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.types import StructType
+
+from kraftlake.storage.deltars import column_max, nth_value_after, read_range, split_range
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+NAME = "kraftlake_delta"
+# A batch-read task gets about this many bytes of Parquet; a streaming task about this many rows
+# (a streaming task sorts its range in memory, so rows bound its memory).
+BATCH_PARTITION_BYTES = 128 << 20
+STREAM_PARTITION_ROWS = 200_000
+
+
+def _spark_schema(table: DeltaTable) -> StructType:
+    return from_arrow_schema(pa.schema(table.schema().to_arrow()))
+
+
+def _to_spark_batches(batches: Iterable[pa.RecordBatch], schema: StructType) -> Iterator[pa.RecordBatch]:
+    """Cast to exactly the Arrow schema Spark derives from ``schema``: it rejects any other layout."""
+    target = to_arrow_schema(schema, timezone="UTC")
+    for batch in batches:
+        if batch.num_rows:
+            yield batch.select(target.names).cast(target)
+
+
+class _Files(InputPartition):
+    """Some data files of one table version."""
+
+    def __init__(self, version: int, paths: list[str]) -> None:
+        self.version = version
+        self.paths = paths
+
+
+class _Range(InputPartition):
+    """Rows with lo < offset <= hi."""
+
+    def __init__(self, lo: int, hi: int) -> None:
+        self.lo = lo
+        self.hi = hi
+
+
+class _BatchReader(DataSourceReader):
+    """A snapshot read: the version is pinned when partitions are planned, so tasks agree on the files."""
+
+    def __init__(self, path: str, schema: StructType) -> None:
+        self.path = path
+        self.schema = schema
+
+    def partitions(self) -> list[InputPartition]:
+        table = DeltaTable(self.path)
+        actions = pa.table(table.get_add_actions())
+        sizes = dict(zip(actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist()))
+        dataset = table.to_pyarrow_dataset()
+        groups: list[list[str]] = []
+        group_bytes = BATCH_PARTITION_BYTES
+        for fragment in dataset.get_fragments():
+            if group_bytes >= BATCH_PARTITION_BYTES:
+                groups.append([])
+                group_bytes = 0
+            groups[-1].append(fragment.path)
+            group_bytes += sizes[fragment.path]
+        # No partitions would make Spark fall back to one plain InputPartition(None).
+        return [_Files(table.version(), paths) for paths in groups or [[]]]
+
+    def read(self, partition: _Files) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        dataset = DeltaTable(self.path, version=partition.version).to_pyarrow_dataset()
+        wanted = set(partition.paths)
+        fragments = [f for f in dataset.get_fragments() if f.path in wanted]
+        files = pads.FileSystemDataset(fragments, dataset.schema, dataset.format, dataset.filesystem)
+        scanner = files.scanner(columns=self.schema.fieldNames())
+        return _to_spark_batches(scanner.to_batches(), self.schema)
+
+
+class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are ``{"offset": last_included}``; a micro-batch is offset in (start, end].
+
+    The reader object lives in a Python worker on the driver for the whole query, so the
+    Trigger.AvailableNow target set in ``prepareForTriggerAvailableNow`` persists across batches.
+    """
+
+    def __init__(self, path: str, schema: StructType, options: Mapping[str, str]) -> None:
+        self.path = path
+        self.schema = schema
+        self.column = options.get("offsetColumn", "offset")
+        self.initial = int(options.get("startingOffset", 0)) - 1
+        max_rows = options.get("maxRecordsPerBatch")
+        self.max_rows = int(max_rows) if max_rows is not None else None
+        if self.max_rows is not None and self.max_rows < 1:
+            raise ValueError(f"maxRecordsPerBatch must be positive, got {self.max_rows}")
+        self.started_with = _spark_schema(DeltaTable(path))
+        self.available_now = False
+        self.target: int | None = None
+
+    def initialOffset(self) -> dict:
+        return {"offset": self.initial}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadAllAvailable() if self.max_rows is None else ReadMaxRows(self.max_rows)
+
+    def _table(self) -> DeltaTable:
+        """The current table, refusing a schema change: the query's schema was fixed when it started.
+
+        Rows below an offset already returned were committed before any later schema change, so
+        checking here (where offsets are handed out) is enough to never drop a new column's data.
+        """
+        table = DeltaTable(self.path)
+        if _spark_schema(table) != self.started_with:
+            raise RuntimeError(
+                f"The schema of the Delta table {self.path} changed since this streaming query started; "
+                "restart the query (from its checkpoint) to read the new columns."
+            )
+        return table
+
+    def _max(self, table: DeltaTable) -> int | None:
+        return column_max(table, self.column)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.available_now = True
+        self.target = self._max(self._table())
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        after = start["offset"]
+        table = self._table()
+        latest = self.target if self.available_now else self._max(table)
+        if latest is None or latest <= after:
+            return start
+        if isinstance(limit, ReadMaxRows):
+            nth = nth_value_after(table, self.column, after, limit.max_rows)
+            if nth is not None:
+                latest = min(latest, nth)
+        elif not isinstance(limit, ReadAllAvailable):
+            raise ValueError(f"{NAME} supports ReadAllAvailable and ReadMaxRows limits, not {limit!r}")
+        return {"offset": latest}
+
+    def reportLatestOffset(self) -> dict | None:
+        latest = self._max(self._table())
+        return None if latest is None else {"offset": latest}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        lo, hi = start["offset"], end["offset"]
+        if hi <= lo:
+            return []
+        return [_Range(a, b) for a, b in split_range(DeltaTable(self.path), self.column, lo, hi, STREAM_PARTITION_ROWS)]
+
+    def read(self, partition: _Range) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        """Reads the current version: any version holding ``hi`` holds exactly the same rows up to it."""
+        rows = read_range(DeltaTable(self.path), self.column, partition.lo, partition.hi, self.schema.fieldNames())
+        return _to_spark_batches(rows.to_batches(), self.schema)
+
+
+class KraftlakeDeltaSource(DataSource):
+    """Options: ``path`` (the table), and for streams ``maxRecordsPerBatch``, ``offsetColumn`` (default
+    ``offset``) and ``startingOffset`` (first offset to read, default 0)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def _path(self) -> str:
+        path = self.options.get("path")
+        if not path:
+            raise ValueError(f"the {NAME} data source needs a path: .load(<table path>) or .option('path', ...)")
+        return path
+
+    def schema(self) -> StructType:
+        return _spark_schema(DeltaTable(self._path()))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _BatchReader(self._path(), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return _StreamReader(self._path(), schema, self.options)
+
+
+_registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
+
+
+def register(spark: SparkSession) -> None:
+    """Registers ``kraftlake_delta`` in ``spark`` (once: the class is pickled and shipped per registration)."""
+    if spark not in _registered:
+        spark.dataSource.register(KraftlakeDeltaSource)
+        _registered.add(spark)

@@ -1,0 +1,172 @@
+"""Reading delta-rs tables into Spark: the ``kraftlake_delta`` data source behind ``Warehouse``."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from chispa import assert_df_equality
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
+
+from kraftlake.storage import DELTA_RS, Warehouse, native
+
+LOG = pa.schema(
+    [
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", pa.timestamp("us", "UTC")),
+        pa.field("type", pa.string()),
+        pa.field("version", pa.int16()),
+        pa.field("PartitionChangeRecord", pa.struct([("PartitionId", pa.int32()), ("Isr", pa.list_(pa.int32()))])),
+    ]
+)
+LOG_DDL = (
+    "offset BIGINT NOT NULL, timestamp TIMESTAMP, type STRING, version SMALLINT, "
+    "PartitionChangeRecord STRUCT<PartitionId: INT, Isr: ARRAY<INT>>"
+)
+T0 = 1763580879457
+
+
+def log_rows(offsets: list[int]) -> pa.Table:
+    return pa.table(
+        {
+            "offset": offsets,
+            "timestamp": [(T0 + o) * 1000 for o in offsets],
+            "type": ["PartitionChangeRecord"] * len(offsets),
+            "version": [0] * len(offsets),
+            "PartitionChangeRecord": [{"PartitionId": o % 4, "Isr": [1, o % 3]} for o in offsets],
+        },
+        schema=LOG,
+    )
+
+
+def expected_row(o: int) -> tuple:
+    ts = datetime.fromtimestamp((T0 + o) / 1000, tz=timezone.utc).replace(tzinfo=None)
+    return (o, ts, "PartitionChangeRecord", 0, (o % 4, [1, o % 3]))
+
+
+@pytest.fixture
+def warehouse(tmp_path: Path, spark: SparkSession) -> Warehouse:
+    return Warehouse(str(tmp_path / "warehouse"), spark=spark)
+
+
+def append_chunks(warehouse: Warehouse, chunks: list[list[int]]) -> None:
+    """One commit, hence at least one file, per chunk: the source must cope with many small files."""
+    for chunk in chunks:
+        warehouse.append("metadata_log", log_rows(chunk), LOG)
+
+
+def run_available_now(df: DataFrame, checkpoint: Path) -> list[tuple[int, list[int]]]:
+    """Runs a Trigger.AvailableNow query; returns (batch id, offsets in arrival order) per micro-batch."""
+    batches: list[tuple[int, list[int]]] = []
+
+    def collect(batch: DataFrame, batch_id: int) -> None:
+        batches.append((batch_id, [row.offset for row in batch.select("offset").collect()]))
+
+    writer = df.writeStream.foreachBatch(collect).option("checkpointLocation", str(checkpoint))
+    query = writer.trigger(availableNow=True).start()
+    query.awaitTermination(120)
+    return batches
+
+
+def test_auto_engine_is_delta_rs_without_the_connector(warehouse: Warehouse, spark: SparkSession) -> None:
+    assert warehouse.engine == DELTA_RS
+    assert not native.has_connector(spark)
+    with pytest.raises(native.ConnectorMissing, match="--packages io.delta:delta-spark_2.13:4.4.1"):
+        Warehouse(warehouse.root, engine="native", spark=spark)
+
+
+def test_read_df_is_the_table(warehouse: Warehouse, spark: SparkSession) -> None:
+    offsets = [0, 1, 2, 5, 6, 9, 10, 11, 20]
+    append_chunks(warehouse, [offsets[:3], offsets[3:4], offsets[4:7], offsets[7:]])
+    expected = spark.createDataFrame([expected_row(o) for o in offsets], LOG_DDL)
+    assert_df_equality(warehouse.read_df("metadata_log"), expected, ignore_row_order=True)
+
+
+def test_read_df_of_an_empty_and_of_an_evolved_table(warehouse: Warehouse, spark: SparkSession) -> None:
+    warehouse.create_if_missing("metadata_log", LOG)
+    empty = warehouse.read_df("metadata_log")
+    assert empty.count() == 0
+    assert empty.schema == spark.createDataFrame([], LOG_DDL).schema
+
+    warehouse.append("metadata_log", log_rows([0]), LOG)
+    wider = LOG.append(pa.field("FenceBrokerRecord", pa.struct([("Id", pa.int32())])))
+    fenced = log_rows([1]).append_column("FenceBrokerRecord", pa.array([{"Id": 3}], wider.field(-1).type))
+    warehouse.append("metadata_log", fenced, wider)
+    got = warehouse.read_df("metadata_log").orderBy("offset").select("offset", "FenceBrokerRecord.Id")
+    assert [tuple(r) for r in got.collect()] == [(0, None), (1, 3)]
+
+
+def test_spark_dataframes_are_written_through_arrow(warehouse: Warehouse, spark: SparkSession) -> None:
+    df = spark.createDataFrame([expected_row(o) for o in (3, 4)], LOG_DDL)
+    assert warehouse.append("metadata_log", df, LOG, txn=("q", 0))
+    assert not warehouse.append("metadata_log", df, LOG, txn=("q", 0))
+    keys = spark.createDataFrame([(3,)], "offset BIGINT")
+    assert warehouse.upsert("metadata_log", df.limit(0), ["offset"], LOG, ("u", 0), delete_keys=keys)
+    assert warehouse.read_arrow("metadata_log").column("offset").to_pylist() == [4]
+
+
+def test_stream_bounded_by_rows_arrives_once_in_order_and_resumes(warehouse: Warehouse, tmp_path: Path) -> None:
+    first = [[0, 1], [2, 5, 6, 9], [10], [11, 12, 20], [21], [22, 30, 31]]  # gaps, 6 small files
+    append_chunks(warehouse, first)
+    checkpoint = tmp_path / "checkpoint"
+    batches = run_available_now(warehouse.read_stream("metadata_log", max_records_per_batch=3), checkpoint)
+    expected = [o for chunk in first for o in chunk]
+    assert [b for b, _ in batches] == [0, 1, 2, 3, 4]
+    assert [offsets for _, offsets in batches] == [expected[i : i + 3] for i in range(0, len(expected), 3)]
+
+    second = [[40, 41], [45], [50, 51, 52, 53]]
+    append_chunks(warehouse, second)
+    resumed = run_available_now(warehouse.read_stream("metadata_log", max_records_per_batch=3), checkpoint)
+    assert [b for b, _ in resumed] == [5, 6, 7]
+    assert [o for _, offsets in resumed for o in offsets] == [40, 41, 45, 50, 51, 52, 53]
+    assert all(len(offsets) <= 3 for _, offsets in resumed)
+
+
+def test_stream_without_a_limit_and_from_a_starting_offset(
+    warehouse: Warehouse, spark: SparkSession, tmp_path: Path
+) -> None:
+    append_chunks(warehouse, [[0, 1, 2], [5, 6], [9, 12]])
+    whole = run_available_now(warehouse.read_stream("metadata_log"), tmp_path / "whole")
+    assert whole == [(0, [0, 1, 2, 5, 6, 9, 12])]
+    tail = spark.readStream.format("kraftlake_delta").option("startingOffset", 6).load(warehouse.path("metadata_log"))
+    assert [o for _, offsets in run_available_now(tail, tmp_path / "tail") for o in offsets] == [6, 9, 12]
+
+
+def test_stream_sees_rows_appended_while_running_and_stops_on_schema_change(
+    warehouse: Warehouse, tmp_path: Path
+) -> None:
+    warehouse.create_if_missing("metadata_log", LOG)
+    seen: list[int] = []
+    checkpoint = str(tmp_path / "checkpoint")
+
+    def start():
+        return (
+            warehouse.read_stream("metadata_log", max_records_per_batch=2)
+            .writeStream.foreachBatch(lambda batch, _: seen.extend(r.offset for r in batch.select("offset").collect()))
+            .option("checkpointLocation", checkpoint)
+            .start()
+        )
+
+    query = start()
+    try:
+        for chunk in ([0, 1, 2], [7], [8, 9, 15, 16, 17]):
+            warehouse.append("metadata_log", log_rows(chunk), LOG)
+            query.processAllAvailable()
+        assert seen == [0, 1, 2, 7, 8, 9, 15, 16, 17]
+
+        wider = LOG.append(pa.field("FenceBrokerRecord", pa.struct([("Id", pa.int32())])))
+        fenced = log_rows([18]).append_column("FenceBrokerRecord", pa.nulls(1, wider.field(-1).type))
+        warehouse.append("metadata_log", fenced, wider)
+        with pytest.raises(StreamingQueryException, match="restart the query"):
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    query = start()  # from the checkpoint, with the new schema
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert seen == [0, 1, 2, 7, 8, 9, 15, 16, 17, 18]
