@@ -109,9 +109,9 @@ fi
 # concurrent run never picks up a half-written archive.
 zip_path="$KL_ROOT/build/kraftlake.zip"
 mkdir -p "$KL_ROOT/build"
-"$KL_PY" - "$KL_ROOT/lib" "$zip_path" <<'PY'
+"$KL_PY" - "$KL_ROOT/lib" "$zip_path" "$KL_ROOT/schemas" <<'PY'
 import os, sys, tempfile, zipfile
-lib, out = sys.argv[1], sys.argv[2]
+lib, out, schemas = sys.argv[1], sys.argv[2], sys.argv[3]
 fd, tmp = tempfile.mkstemp(dir=os.path.dirname(out), suffix=".zip.tmp")
 os.close(fd)
 with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -122,6 +122,12 @@ with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
                 continue
             path = os.path.join(dirpath, name)
             zf.write(path, os.path.relpath(path, lib))
+    # the message and table schemas travel inside the package (kraftlake.schemas.schema_dir)
+    for dirpath, dirnames, filenames in os.walk(schemas):
+        dirnames.sort()
+        for name in sorted(f for f in filenames if f.endswith(".avsc")):
+            path = os.path.join(dirpath, name)
+            zf.write(path, os.path.join("kraftlake", "_schemas", os.path.relpath(path, schemas)))
 os.replace(tmp, out)
 PY
 

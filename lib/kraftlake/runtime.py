@@ -14,9 +14,21 @@ def open_warehouse(config: Config, app_name: str, with_spark: bool = True) -> Wa
     return Warehouse(config.get_path("kraftlake.warehouse"), engine=engine, spark=spark)
 
 
+# In the spirit of `kafka-topics.sh --describe`: one line per partition, topics by name.
+DESCRIBE = """
+SELECT topic, topic_id, partition, leader, replicas, isr, adding_replicas, removing_replicas, elr,
+       leader_epoch, partition_epoch,
+       CASE leader_recovery_state WHEN 1 THEN 'RECOVERING' ELSE 'RECOVERED' END AS leader_recovery_state
+FROM partitions ORDER BY topic, partition
+"""
+
+
 def register_views(warehouse: Warehouse) -> list[str]:
-    """Every table of the warehouse as a temporary view named after it; returns the names."""
+    """Every table of the warehouse as a temporary view named after it, plus ``describe``."""
     names = warehouse.names()
     for name in names:
         warehouse.read_df(name).createOrReplaceTempView(name)
+    if "partitions" in names:
+        warehouse.spark.sql(DESCRIBE).createOrReplaceTempView("describe")
+        names.append("describe")
     return names

@@ -32,6 +32,9 @@ def get_spark(config: Config, app_name: str) -> SparkSession:
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    # Python workers must import the same pyspark/pyarrow/deltalake as this driver. spark-submit.sh
+    # sets this; a plain `python jobs/x.py` would otherwise start workers with the system python.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     # The JVM must be up before SparkConf() can see what spark-submit put in its system properties.
     SparkContext._ensure_initialized()

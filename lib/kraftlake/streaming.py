@@ -1,0 +1,242 @@
+"""The Spark shell around the controller shards: one streaming query from ``metadata_log`` to Delta.
+
+    metadata_log ──readStream──▶ route to shards ──groupBy(shard).applyInPandasWithState(step)──▶
+    foreachBatch: brokers, topics, configs, partitions (MERGE), partition_history, rejected (append)
+
+Exactly-once: Spark's checkpoint holds the source offsets and the state store holds each shard's image;
+every sink commit carries the Delta application transaction ``(kraftlake-controller-<query id>,
+batch id)``, so a micro-batch that Spark re-runs after a crash is skipped by the tables that already
+have it and written by those that do not.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from kraftlake.schemas import StructSpec, metadata_log_schema, registry, table_arrow_schema
+from kraftlake.shards import KEYS, SKIPPED, TOPIC_SCOPED, Output, ShardState, step
+from kraftlake.storage import Warehouse
+
+STATE_TABLES = ("brokers", "topics", "configs", "partitions")
+APPEND_TABLES = ("partition_history", "rejected")
+DERIVED_TABLES = STATE_TABLES + ("partition_history",)
+OUTPUT_SCHEMA = "table string, op string, offset long, seq int, row string"
+STATE_SCHEMA = "state binary"
+TIMESTAMP_COLUMNS = {"last_timestamp", "timestamp"}
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    shards: int
+    checkpoint: str
+    once: bool
+    max_records_per_batch: int | None = None
+    trigger_interval_ms: int = 1000
+
+
+def _with_nulls(spec: StructSpec, data: dict) -> dict:
+    """Spark's JSON of a struct leaves out nothing with ignoreNullFields=false, but bytes come as base64."""
+    out = {}
+    for f in spec.fields:
+        value = data.get(f.name)
+        if value is not None:
+            if f.struct is not None:
+                value = [_with_nulls(f.struct, v) for v in value] if f.is_array else _with_nulls(f.struct, value)
+            elif f.element in ("bytes", "records"):
+                value = [base64.b64decode(v) for v in value] if f.is_array else base64.b64decode(value)
+        out[f.name] = value
+    return out
+
+
+def event_from_row(row: dict) -> dict:
+    """A routed ``metadata_log`` row (payload as JSON) back into an event dict (ADR 0001)."""
+    spec = registry()[row["type"]]
+    payload = json.loads(row["payload"]) if row["payload"] else {}
+    return {"offset": int(row["offset"]), "leader_epoch": int(row["leader_epoch"]),
+            "timestamp": int(row["ts"]), "type": row["type"], "version": int(row["version"]),
+            "data": _with_nulls(spec, payload), "source": row["source"], "position": row["position"]}
+
+
+def routed_events(spark_df: Any, shards: int) -> Any:
+    """Each event once per shard it goes to, its payload as JSON; NoOpRecords dropped before the shuffle."""
+    from pyspark.sql import functions as F
+
+    present = set(spark_df.columns)
+    payload_columns = [f.name for f in metadata_log_schema() if f.name in present and
+                       f.name not in ("offset", "leader_epoch", "timestamp", "type", "version", "source",
+                                      "position")]
+    options = {"ignoreNullFields": "false"}
+    payload = F.coalesce(*[F.to_json(F.col(c), options) for c in payload_columns]) if payload_columns \
+        else F.lit(None).cast("string")
+    topic_ids = [F.col(f"{t}.{key}") for t, key in TOPIC_SCOPED.items() if t in present]
+    topic_id = F.coalesce(*topic_ids) if topic_ids else F.lit(None).cast("string")
+    one_shard = F.array(F.pmod(F.crc32(F.encode(topic_id, "UTF-8")), F.lit(shards)).cast("int"))
+    every_shard = F.sequence(F.lit(0), F.lit(shards - 1))
+    targets = F.when(F.col("type").isin(*TOPIC_SCOPED), one_shard).otherwise(every_shard)
+    return (spark_df.where(~F.col("type").isin(*SKIPPED))
+            .select(F.explode(targets).alias("shard"), "offset", "leader_epoch",
+                    F.unix_millis("timestamp").alias("ts"), "type", "version", payload.alias("payload"),
+                    "source", "position"))
+
+
+def shard_function(shards: int):
+    """The function ``applyInPandasWithState`` runs per shard and micro-batch (pickled to executors)."""
+
+    def run(key: tuple, frames: Iterator[Any], state: Any) -> Iterator[Any]:
+        import pandas as pd
+
+        shard = int(key[0])
+        current = ShardState.from_bytes(state.get[0] if state.exists else None)
+        events = [event_from_row(row) for frame in frames for row in frame.to_dict("records")]
+        outputs = step(shard, shards, current, events)
+        state.update((current.to_bytes(),))
+        yield pd.DataFrame({
+            "table": [o.table for o in outputs], "op": [o.op for o in outputs],
+            "offset": pd.Series([o.offset for o in outputs], dtype="int64"),
+            "seq": pd.Series([o.seq for o in outputs], dtype="int32"),
+            "row": [json.dumps(o.row, default=_json_bytes) for o in outputs],
+        })
+
+    return run
+
+
+def _json_bytes(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode("ascii")
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _arrow_rows(name: str, rows: list[dict]) -> pa.Table:
+    schema = table_arrow_schema(name)
+    for row in rows:
+        for column in TIMESTAMP_COLUMNS & row.keys():
+            if row[column] is not None:
+                row[column] = row[column] * 1000  # ms → µs, Delta's timestamp unit
+        if name == "rejected" and row.get("raw") is not None:
+            row["raw"] = base64.b64decode(row["raw"])
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def write_outputs(warehouse: Warehouse, outputs: list[Output], txn: tuple[str, int]) -> dict[str, int]:
+    """Commit one micro-batch's rows: MERGE for state tables (last op per key wins), append for logs."""
+    # keys never span shards (a topic lives on one shard, brokers and configs come from shard 0 only),
+    # so (offset, seq) orders every key's rows
+    ordered = sorted(outputs, key=lambda o: (o.offset, o.seq))
+    written = {}
+    for name in APPEND_TABLES:
+        rows = [o.row for o in ordered if o.table == name]
+        if rows:
+            warehouse.append(name, _arrow_rows(name, rows), table_arrow_schema(name), txn)
+            written[name] = len(rows)
+    for name in STATE_TABLES:
+        final: dict[tuple, Output] = {}
+        for o in ordered:
+            if o.table == name:
+                final[tuple(o.row[k] for k in KEYS[name])] = o
+        if not final:
+            continue
+        upserts = [o.row for o in final.values() if o.op == "upsert"]
+        deletes = [o.row for o in final.values() if o.op == "delete"]
+        schema = table_arrow_schema(name)
+        delete_keys = pa.Table.from_pylist(deletes, schema=pa.schema([schema.field(k) for k in KEYS[name]])) \
+            if deletes else None
+        warehouse.upsert(name, _arrow_rows(name, upserts), list(KEYS[name]), schema, txn, delete_keys)
+        written[name] = len(final)
+    return written
+
+
+def _outputs_of(batch: pa.Table) -> list[Output]:
+    return [Output(r["table"], r["op"], r["offset"], r["seq"], json.loads(r["row"])) for r in batch.to_pylist()]
+
+
+def query_id(checkpoint: str) -> str | None:
+    """The streaming query's id from its checkpoint (stable across restarts of the same checkpoint)."""
+    filesystem, path = pafs.FileSystem.from_uri(_uri(checkpoint))
+    info = filesystem.get_file_info(f"{path}/metadata")
+    if info.type != pafs.FileType.File:
+        return None
+    with filesystem.open_input_stream(f"{path}/metadata") as stream:
+        return json.loads(stream.read().decode().splitlines()[0])["id"]
+
+
+def _uri(path: str) -> str:
+    return path if "://" in path else "file://" + os.path.abspath(path)
+
+
+def reset(warehouse: Warehouse, checkpoint: str) -> None:
+    """Forget every derived table and the checkpoint, so the next run replays the log from the start."""
+    for target in [checkpoint] + [warehouse.path(name) for name in DERIVED_TABLES]:
+        filesystem, path = pafs.FileSystem.from_uri(_uri(target))
+        if filesystem.get_file_info(path).type != pafs.FileType.NotFound:
+            filesystem.delete_dir(path)
+
+
+def check_start(warehouse: Warehouse, checkpoint: str) -> None:
+    """Derived tables without a checkpoint would be replayed into twice: refuse with the remedy."""
+    if query_id(checkpoint) is None:
+        leftovers = [name for name in DERIVED_TABLES if warehouse.exists(name)]
+        if leftovers:
+            raise RuntimeError(
+                f"the checkpoint {checkpoint} is missing but {', '.join(leftovers)} exist: they were built by "
+                "an earlier run. Run with --reset to rebuild them from the metadata log.")
+    if not warehouse.exists("metadata_log"):
+        raise RuntimeError(f"no metadata_log in {warehouse.root}: ingest a log first (jobs/ingest.py)")
+
+
+def start(warehouse: Warehouse, settings: ControllerSettings):
+    """Start the controller query; returns the ``StreamingQuery``."""
+    spark = warehouse.spark
+    check_start(warehouse, settings.checkpoint)
+    for name in STATE_TABLES + APPEND_TABLES:
+        warehouse.create_if_missing(name, table_arrow_schema(name))
+    source = warehouse.read_stream("metadata_log", max_records_per_batch=settings.max_records_per_batch)
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    shards = settings.shards
+    outputs = (routed_events(source, shards)
+               .groupBy("shard")
+               .applyInPandasWithState(shard_function(shards), OUTPUT_SCHEMA, STATE_SCHEMA, "append",
+                                       GroupStateTimeout.NoTimeout))
+    app_id: list[str] = []
+
+    def sink(batch_df: Any, batch_id: int) -> None:
+        if not app_id:
+            app_id.append(f"kraftlake-controller-{query_id(settings.checkpoint)}")
+        write_outputs(warehouse, _outputs_of(batch_df.toArrow()), (app_id[0], batch_id))
+
+    writer = (outputs.writeStream.queryName("kraftlake_controller")
+              .option("checkpointLocation", settings.checkpoint)
+              .foreachBatch(sink))
+    writer = writer.trigger(availableNow=True) if settings.once else \
+        writer.trigger(processingTime=f"{settings.trigger_interval_ms} milliseconds")
+    return writer.start()
+
+
+def run(warehouse: Warehouse, settings: ControllerSettings, progress_every: float = 10.0,
+        out=sys.stderr) -> None:
+    """Run until the query ends (``--once``) or forever, printing progress."""
+    query = start(warehouse, settings)
+    last_batch = None
+    try:
+        while query.isActive:
+            query.awaitTermination(progress_every)
+            progress = query.lastProgress
+            if progress and progress["batchId"] != last_batch:
+                last_batch = progress["batchId"]
+                end = progress["sources"][0].get("endOffset") if progress.get("sources") else None
+                print(f"[controller] batch {last_batch}: {progress['numInputRows']:,} routed events, "
+                      f"log offset {end}, {progress.get('processedRowsPerSecond', 0):,.0f} rows/s",
+                      file=out, flush=True)
+        if query.exception() is not None:
+            raise RuntimeError(f"the controller query failed: {query.exception()}")
+    except KeyboardInterrupt:
+        query.stop()
+        raise
