@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Protocol
+from typing import Callable, Iterable, Iterator, Protocol, TextIO
 
 import pyarrow as pa
 
@@ -122,10 +122,10 @@ def read_source(path: Path, kind: str, full_history: bool) -> Iterator[Item]:
 class Progress:
     """Progress lines on stderr every few seconds, so a long ingest is visibly alive."""
 
-    def __init__(self, label: str, every: float = 5.0, out=sys.stderr):
+    def __init__(self, label: str, every: float = 5.0, out: TextIO | None = None):
         self.label = label
         self.every = every
-        self.out = out
+        self.out = out or sys.stderr
         self.start = self.last = time.monotonic()
 
     def tick(self, records: int, offset: int | None) -> None:
@@ -146,10 +146,13 @@ class _Sequencer:
         self.strict = strict
         self.rejections: list[Rejection] = []
         self.from_kafka_log = summary.kind in KAFKA_KINDS
+        self.failure: StrictModeError | None = None
 
     def reject(self, rejection: Rejection) -> None:
         if self.strict:
-            raise StrictModeError(rejection)
+            # kept: the Delta writer pulling our batches wraps whatever we raise in its own error
+            self.failure = StrictModeError(rejection)
+            raise self.failure
         self.rejections.append(rejection)
         self.summary.rejected += 1
 
@@ -219,7 +222,12 @@ def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_his
         for _ in batches:
             pass
     else:
-        tables.append("metadata_log", pa.RecordBatchReader.from_batches(schema, batches), schema, txn)
+        try:
+            tables.append("metadata_log", pa.RecordBatchReader.from_batches(schema, batches), schema, txn)
+        except Exception:
+            if sequencer.failure is not None:
+                raise sequencer.failure from None
+            raise
     # Committed even when empty: the transaction id is what marks the source as fully ingested.
     tables.append("rejected", rejections_to_arrow(sequencer.rejections), table_arrow_schema("rejected"), txn)
     summary.seconds = time.monotonic() - started

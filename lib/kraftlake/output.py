@@ -43,9 +43,10 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def print_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], out: TextIO = sys.stdout,
+def print_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], out: TextIO | None = None,
                 max_width: int = 80) -> int:
     """An aligned text table like spark-sql's; cells wider than ``max_width`` are cut with '...'."""
+    out = out or sys.stdout
     cells = [[_cell(v) for v in row] for row in rows]
     cells = [[c if len(c) <= max_width else c[:max_width - 3] + "..." for c in row] for row in cells]
     widths = [max([len(name)] + [len(row[i]) for row in cells]) for i, name in enumerate(columns)]

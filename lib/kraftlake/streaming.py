@@ -16,7 +16,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, TextIO
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -221,8 +221,9 @@ def start(warehouse: Warehouse, settings: ControllerSettings):
 
 
 def run(warehouse: Warehouse, settings: ControllerSettings, progress_every: float = 10.0,
-        out=sys.stderr) -> None:
+        out: TextIO | None = None) -> None:
     """Run until the query ends (``--once``) or forever, printing progress."""
+    out = out or sys.stderr
     query = start(warehouse, settings)
     last_batch = None
     try:
