@@ -148,8 +148,9 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict]) -> 
         owner = event["type"] in TOPIC_SCOPED or shard == 0  # broadcast events are reported once
         if result.rejected is not None and owner:
             out.add("rejected", "append", event["offset"], rejected_row(event, result.rejected))
-        if owner:
-            for offset, type_, reason in result.deferred_rejections:
+        for offset, type_, reason in result.deferred_rejections:
+            # held records were routed like any other: the topic's shard reports its own, shard 0 the rest
+            if type_ in TOPIC_SCOPED or shard == 0:
                 out.add("rejected", "append", offset, rejected_row(event, reason, offset, type_))
         names.update({tid: t.name for tid, t in image.topics.items() if tid not in names})
         for before, after in result.partition_changes:
