@@ -16,6 +16,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator, TextIO
 
 import pyarrow as pa
@@ -168,7 +169,8 @@ def query_id(checkpoint: str) -> str | None:
 
 
 def _uri(path: str) -> str:
-    return path if "://" in path else "file://" + os.path.abspath(path)
+    # as_uri() percent-encodes: a bare "file://" + path is no URI once the path has a space or '#'
+    return path if "://" in path else Path(os.path.abspath(path)).as_uri()
 
 
 def reset(warehouse: Warehouse, checkpoint: str) -> None:
