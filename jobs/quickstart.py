@@ -1,7 +1,8 @@
-"""The embedded default: write the sample cluster's metadata log, ingest it, and query it.
+"""The embedded default: write the sample cluster's metadata log, ingest it, replay it, query it.
 
 Everything runs on this machine: local Spark, Delta tables in a local folder (``warehouse/`` unless
---warehouse says otherwise), sample data generated in the real Kafka binary format.
+--warehouse says otherwise), sample data generated in the real Kafka binary format. Running it again
+adds nothing: the ingest and the controller's checkpoint both remember what they did.
 
     ./spark-submit.sh jobs/quickstart.py
 """
@@ -17,18 +18,22 @@ from kraftlake.ingest import ingest
 from kraftlake.output import print_table
 from kraftlake.runtime import open_warehouse, register_views
 from kraftlake.sample import write_sample
+from kraftlake.streaming import ControllerSettings, run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ingest import print_summary  # noqa: E402  (the ingest job's summary, printed the same way)
 
 QUERIES = (
-    ("Events by type", "SELECT type, count(*) AS events, min(offset) AS first_offset, max(offset) AS last_offset "
-                       "FROM metadata_log GROUP BY type ORDER BY events DESC"),
-    ("Broker 2's controlled shutdown, as the log recorded it",
-     "SELECT offset, timestamp, type, BrokerRegistrationChangeRecord.BrokerId AS broker, "
-     "BrokerRegistrationChangeRecord.InControlledShutdown AS in_controlled_shutdown, "
-     "BrokerRegistrationChangeRecord.Fenced AS fenced FROM metadata_log "
-     "WHERE type = 'BrokerRegistrationChangeRecord' ORDER BY offset"),
+    ("Events in the metadata log, by type",
+     "SELECT type, count(*) AS events, min(offset) AS first_offset, max(offset) AS last_offset "
+     "FROM metadata_log GROUP BY type ORDER BY events DESC"),
+    ("Brokers now", "SELECT broker_id, epoch, fenced, in_controlled_shutdown, rack, listeners FROM brokers "
+                    "ORDER BY broker_id"),
+    ("Partitions whose ISR is smaller than their replica set (kafka-topics.sh --describe style)",
+     "SELECT topic, partition, leader, replicas, isr FROM describe WHERE size(isr) < size(replicas)"),
+    ("Who led orders-1, and with which ISR, at each change (partition_history)",
+     "SELECT offset, timestamp, cause, leader_before, leader, isr_before, isr, leader_epoch "
+     "FROM partition_history WHERE topic = 'orders' AND partition = 1 ORDER BY offset"),
 )
 
 
@@ -38,16 +43,19 @@ def main(argv: list[str] | None = None) -> int:
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     config = config_from_args(args)
-    log_dir, requests = write_sample(args.sample_dir)
-    print(f"sample cluster written: {log_dir} and {requests}")
+    log_dir = write_sample(args.sample_dir)
+    print(f"sample cluster written to {log_dir}")
     warehouse = open_warehouse(config, "kraftlake-quickstart", with_spark=True)
-    ingest(warehouse, [str(log_dir), str(requests)], on_source=print_summary)
+    ingest(warehouse, [str(log_dir)], on_source=print_summary)
+    run(warehouse, ControllerSettings(shards=config.get_int("kraftlake.shards", minimum=1),
+                                      checkpoint=f"{warehouse.root}/_checkpoints/controller", once=True))
     register_views(warehouse)
     for title, query in QUERIES:
         print(f"\n{title}:\n  {query}")
         frame = warehouse.spark.sql(query)
         print_table(frame.columns, [tuple(r) for r in frame.collect()])
-    print(f"\nwarehouse: {warehouse.root}\nnext: ./spark-submit.sh jobs/sql.py --warehouse {warehouse.root} \"SELECT ...\"")
+    print(f"\nwarehouse: {warehouse.root}\nnext: ./spark-submit.sh jobs/sql.py --warehouse {warehouse.root} "
+          "\"SELECT * FROM describe\"")
     return 0
 
 

@@ -2,13 +2,12 @@
 
 Three brokers register and are unfenced, two topics are created, the controller fails over once,
 broker 2 goes through a controlled shutdown (leadership moves away, it leaves every ISR, it is fenced)
-and comes back with a new incarnation, and then a few what-if requests are handed in as JSON lines.
+and comes back with a new incarnation.
 Batches use every compression codec Kafka writes, so the quickstart reads them all.
 """
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
@@ -114,23 +113,8 @@ def build_events(seed: int = 7) -> list[dict]:
     return log.events
 
 
-def what_if_requests(events: list[dict]) -> list[dict]:
-    """Hand-written events continuing the log: broker 3 asks to shut down, then heartbeats again."""
-    last = events[-1]["timestamp"]
-    broker3 = next(e for e in reversed(events) if e["type"] == "RegisterBrokerRecord" and e["data"]["BrokerId"] == 3)
-    epoch = broker3["data"]["BrokerEpoch"]
-    return [
-        {"type": "BrokerHeartbeatRequest", "version": 1, "timestamp": last + 1000,
-         "data": {"BrokerId": 3, "BrokerEpoch": epoch, "CurrentMetadataOffset": len(events) - 1,
-                  "WantShutDown": True}},
-        {"type": "BrokerHeartbeatRequest", "version": 1, "timestamp": last + 3000,
-         "data": {"BrokerId": 3, "BrokerEpoch": epoch, "CurrentMetadataOffset": len(events) - 1,
-                  "WantShutDown": True}},
-    ]
-
-
-def write_sample(root: str | Path, seed: int = 7) -> tuple[Path, Path]:
-    """(partition directory, JSON lines file) of the sample cluster under ``root``."""
+def write_sample(root: str | Path, seed: int = 7) -> Path:
+    """The sample cluster's ``__cluster_metadata-0`` directory, under ``root``."""
     root = Path(root)
     events = build_events(seed)
     log_dir = write_partition_dir(
@@ -139,6 +123,4 @@ def write_sample(root: str | Path, seed: int = 7) -> tuple[Path, Path]:
         quorum_state={"leaderId": 101, "leaderEpoch": events[-1]["leader_epoch"], "votedId": -1,
                       "appliedOffset": 0, "currentVoters": [{"voterId": v} for v in (100, 101, 102)],
                       "data_version": 0})
-    requests = root / "what-if.jsonl"
-    requests.write_text("".join(json.dumps(e) + "\n" for e in what_if_requests(events)))
-    return log_dir, requests
+    return log_dir

@@ -139,7 +139,7 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict]) -> 
     image = state.image
     topics_before = _topics_snapshot(image)
     configs_before = {k: dict(v) for k, v in image.configs.items()} if shard == 0 else {}
-    names = {tid: t.name for tid, t in image.topics.items()}
+    names = {tid: t.name for tid, t in image.topics.items()}  # kept after removal, for the history rows
     for event in sorted(events, key=lambda e: e["offset"]):
         if event["offset"] <= state.last_offset:
             continue
@@ -152,7 +152,8 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict]) -> 
             # held records were routed like any other: the topic's shard reports its own, shard 0 the rest
             if type_ in TOPIC_SCOPED or shard == 0:
                 out.add("rejected", "append", offset, rejected_row(event, reason, offset, type_))
-        names.update({tid: t.name for tid, t in image.topics.items() if tid not in names})
+        if event["type"] == "TopicRecord" or event["type"] in MARKERS:  # topics may have appeared
+            names.update((tid, t.name) for tid, t in image.topics.items())
         for before, after in result.partition_changes:
             current = after if after is not None else before
             topic = names.get(current.topic_id, "")
