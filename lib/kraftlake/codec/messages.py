@@ -189,18 +189,22 @@ def _struct_decoder(spec: StructSpec, version: int, flexible: bool) -> Decoder:
     return read_struct
 
 
-_decoders: dict[tuple[str, int], Decoder] = {}
-_encoders: dict[tuple[str, int], Encoder] = {}
+_compiled: dict[tuple[Callable, str, int], Callable] = {}
+
+
+def _compiled_for(compile_struct: Callable, spec: MessageSpec, version: int) -> Callable:
+    """Compile a (message, version) once, then look it up by name: hashing the spec itself would
+    walk its whole field tree on every record."""
+    key = (compile_struct, spec.name, version)
+    compiled = _compiled.get(key)
+    if compiled is None:
+        spec.check_version(version)
+        compiled = _compiled[key] = compile_struct(spec, version, version in spec.flexible_versions)
+    return compiled
 
 
 def message_decoder(spec: MessageSpec, version: int) -> Decoder:
-    """The compiled reader of one (message, version); compiled once, then looked up by name."""
-    key = (spec.name, version)
-    decoder = _decoders.get(key)
-    if decoder is None:
-        spec.check_version(version)
-        decoder = _decoders[key] = _struct_decoder(spec, version, version in spec.flexible_versions)
-    return decoder
+    return _compiled_for(_struct_decoder, spec, version)
 
 
 def decode_message(spec: MessageSpec, version: int, buf: bytes | memoryview) -> dict:
@@ -309,12 +313,7 @@ def _struct_encoder(spec: StructSpec, version: int, flexible: bool) -> Encoder:
 
 
 def message_encoder(spec: MessageSpec, version: int) -> Encoder:
-    key = (spec.name, version)
-    encoder = _encoders.get(key)
-    if encoder is None:
-        spec.check_version(version)
-        encoder = _encoders[key] = _struct_encoder(spec, version, version in spec.flexible_versions)
-    return encoder
+    return _compiled_for(_struct_encoder, spec, version)
 
 
 def encode_message(spec: MessageSpec, version: int, data: dict) -> bytes:
