@@ -24,10 +24,11 @@ from kraftlake.image import (
     Voter,
     VoterRegistration,
 )
+from kraftlake.events import check_struct
 from kraftlake.replay import replay
+from kraftlake.schemas import registry
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
-MESSAGES = json.loads((SHARED / "kafka-facts" / "messages.json").read_text())
 FIXTURES = SHARED / "fixtures" / "kafka-logs"
 
 T1 = uuids.from_bytes(bytes([1] * 16))
@@ -41,58 +42,12 @@ TS = 1_763_580_879_457
 
 # --- events as the codec produces them (ADR 0001) -----------------------------------------------
 
-def _in_versions(spec: str, version: int) -> bool:
-    if spec.endswith("+"):
-        return version >= int(spec[:-1])
-    low, _, high = spec.partition("-")
-    return int(low) <= version <= int(high or low)
-
-
-def _kafka_default(f: dict):
-    default, kind = f.get("default"), f["type"]
-    if default == "null":
-        return None
-    if kind.startswith("[]"):
-        return []
-    if kind in ("int8", "int16", "int32", "int64", "uint16"):
-        return int(default or 0)
-    if kind == "bool":
-        return default == "true"
-    if kind == "uuid":
-        return uuids.ZERO_UUID
-    if kind == "bytes":
-        return b""
-    if kind == "float64":
-        return float(default or 0)
-    return default or ""
-
-
-def _filled(schema_fields: list[dict], structs: dict[str, list[dict]], version: int, given: dict,
-            where: str) -> dict:
-    data = {}
-    for f in schema_fields:
-        name = f["name"]
-        if name in given:
-            assert _in_versions(f["versions"], version), f"{where} v{version} has no {name}"
-            value = given.pop(name)
-            struct = f.get("fields") or structs.get(f["type"].removeprefix("[]"))
-            if struct and isinstance(value, list):
-                value = [_filled(struct, structs, version, dict(item), f"{where}.{name}") for item in value]
-            data[name] = value
-        else:
-            data[name] = _kafka_default(f)
-    assert not given, f"{where} has no fields {sorted(given)}"
-    return data
-
-
 def ev(type_: str, version: int = 0, *, offset: int = 0, leader_epoch: int = 1, **fields) -> dict:
     """An event with every field of ``type_`` present, nested ones too: given, or Kafka's default
-    for ``version``. Naming a field the version does not have is a mistake in the test, so it raises.
+    for ``version`` (the same validation hand-written events get). Naming a field the version does
+    not have is a mistake in the test, so it raises.
     """
-    schema = MESSAGES[type_]
-    assert _in_versions(schema["validVersions"], version), f"{type_} has no version {version}"
-    structs = {s["name"]: s["fields"] for s in schema.get("commonStructs") or []}
-    data = _filled(schema.get("fields", []), structs, version, fields, type_)
+    data = check_struct(registry()[type_], fields, version, type_)
     return {"offset": offset, "leader_epoch": leader_epoch, "timestamp": TS + offset, "type": type_,
             "version": version, "data": data}
 
@@ -493,8 +448,13 @@ def test_unknown_types_requests_and_malformed_events_are_rejected(cluster):
     rejected(cluster, {"type": "BrokerHeartbeatRequest", "version": 1, "data": {"BrokerId": 1}})
     rejected(cluster, {"offset": 1})
     assert "malformed" in rejected(cluster, {"type": "PartitionChangeRecord", "offset": 1, "data": {"TopicId": T1}})
-    rejected(cluster, change(topic_id="not-a-uuid", Leader=2))
-    rejected(cluster, ev("TopicRecord", Name="x", TopicId="zz"))
+    # malformed as only a bypassed validation could make them: build valid, then break the Uuid
+    bad_change = change(Leader=2)
+    bad_change["data"]["TopicId"] = "not-a-uuid"
+    rejected(cluster, bad_change)
+    bad_topic = ev("TopicRecord", Name="x", TopicId=T2)
+    bad_topic["data"]["TopicId"] = "zz"
+    rejected(cluster, bad_topic)
 
 
 # --- transactions ------------------------------------------------------------------------------
