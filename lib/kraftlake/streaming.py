@@ -174,11 +174,19 @@ def _uri(path: str) -> str:
 
 
 def reset(warehouse: Warehouse, checkpoint: str) -> None:
-    """Forget every derived table and the checkpoint, so the next run replays the log from the start."""
-    for target in [checkpoint] + [warehouse.path(name) for name in DERIVED_TABLES]:
+    """Forget the checkpoint, the replay's rejections and every derived table, so the next run replays
+    the log from the start. The tables go last: while one is left, ``check_start`` refuses to start, so
+    a reset that dies half-way is simply run again."""
+    def delete_dir(target: str) -> None:
         filesystem, path = pafs.FileSystem.from_uri(_uri(target))
         if filesystem.get_file_info(path).type != pafs.FileType.NotFound:
             filesystem.delete_dir(path)
+
+    delete_dir(checkpoint)
+    if warehouse.exists("rejected"):  # shared with ingest, whose rejections are input and stay
+        warehouse.table("rejected").delete("stage = 'replay'")
+    for name in DERIVED_TABLES:
+        delete_dir(warehouse.path(name))
 
 
 def check_start(warehouse: Warehouse, checkpoint: str) -> None:
