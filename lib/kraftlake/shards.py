@@ -140,6 +140,8 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict]) -> 
     topics_before = _topics_snapshot(image)
     configs_before = {k: dict(v) for k, v in image.configs.items()} if shard == 0 else {}
     names = {tid: t.name for tid, t in image.topics.items()}  # kept after removal, for the history rows
+    latest_partitions: dict[tuple[str, int], tuple[int, str, PartitionRegistration | None]] = {}
+    latest_brokers: dict[int, tuple[dict, BrokerRegistration | None]] = {}
     for event in sorted(events, key=lambda e: e["offset"]):
         if event["offset"] <= state.last_offset:
             continue
@@ -158,17 +160,21 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict]) -> 
             current = after if after is not None else before
             topic = names.get(current.topic_id, "")
             out.add("partition_history", "append", event["offset"], history_row(topic, event, before, after))
-            key = {"topic_id": current.topic_id, "partition": current.partition_id}
-            if after is None:
-                out.add("partitions", "delete", event["offset"], key)
-            else:
-                out.add("partitions", "upsert", event["offset"], partition_row(topic, after))
+            latest_partitions[(current.topic_id, current.partition_id)] = (event["offset"], topic, after)
         if shard == 0:
             for before, after in result.broker_changes:
-                if after is None:
-                    out.add("brokers", "delete", event["offset"], {"broker_id": before.id})
-                else:
-                    out.add("brokers", "upsert", event["offset"], broker_row(after, event))
+                latest_brokers[(after or before).id] = (event, after)
+    # state tables need only each key's last state of the step: one row per key, not one per event
+    for (topic_id, partition_id), (offset, topic, after) in latest_partitions.items():
+        if after is None:
+            out.add("partitions", "delete", offset, {"topic_id": topic_id, "partition": partition_id})
+        else:
+            out.add("partitions", "upsert", offset, partition_row(topic, after))
+    for broker_id, (event, after) in latest_brokers.items():
+        if after is None:
+            out.add("brokers", "delete", event["offset"], {"broker_id": broker_id})
+        else:
+            out.add("brokers", "upsert", event["offset"], broker_row(after, event))
     last = state.last_offset
     topics_after = _topics_snapshot(image)
     for tid in sorted(topics_before.keys() | topics_after.keys()):
