@@ -125,7 +125,7 @@ with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
     # the message and table schemas travel inside the package (kraftlake.schemas.schema_dir)
     for dirpath, dirnames, filenames in os.walk(schemas):
         dirnames.sort()
-        for name in sorted(f for f in filenames if f.endswith(".avsc")):
+        for name in sorted(f for f in filenames if f.endswith((".avsc", ".json"))):
             path = os.path.join(dirpath, name)
             zf.write(path, os.path.join("kraftlake", "_schemas", os.path.relpath(path, schemas)))
 os.replace(tmp, out)

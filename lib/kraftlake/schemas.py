@@ -272,6 +272,17 @@ def registry() -> Registry:
     return Registry(messages)
 
 
+@lru_cache(maxsize=1)
+def error_codes() -> dict[str, int]:
+    """Kafka's error names and codes (``schemas/error-codes.json``), e.g. ``STALE_BROKER_EPOCH``: 77."""
+    return json.loads((schema_dir() / "error-codes.json").read_text())
+
+
+def error_code(name: str) -> int:
+    """The code of a Kafka error name; an unknown name is a bug, so it raises."""
+    return error_codes()[name]
+
+
 def table_avro(name: str) -> dict:
     """The Avro schema of a warehouse table (``schemas/tables/<name>.avsc``)."""
     return json.loads((schema_dir() / "tables" / f"{name}.avsc").read_text())
