@@ -1,0 +1,313 @@
+"""The streaming controller end to end: metadata_log → shards → Delta tables, against independent
+oracles (the real clusters' images, the generator's own model) and against the in-process core.
+
+Every Spark run here costs about half a second per micro-batch on two cores, so logs are small and
+the batch sizes are chosen to make each run count.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import pyarrow.compute as pc
+import pytest
+from chispa import assert_df_equality
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pyspark.sql import DataFrame, SparkSession
+
+from kraftlake import streaming, uuids
+from kraftlake.events import validate_event
+from kraftlake.ingest import ingest_source
+from kraftlake.shards import TOPIC_SCOPED, shard_of_topic
+from kraftlake.storage import DeltaRsTables, Warehouse
+from streaming_helpers import (
+    TABLES,
+    GeneratedLog,
+    assert_same_tables,
+    generate_log,
+    ingest_jsonl,
+    logged_events,
+    reference_tables,
+    run_controller,
+    warehouse_tables,
+    write_jsonl,
+)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARDS = 3
+_INGEST_STAGE = pc.field("stage") == "ingest"
+
+BROKERS_DDL = ("broker_id INT, epoch BIGINT, incarnation_id STRING, fenced BOOLEAN, "
+               "in_controlled_shutdown BOOLEAN, rack STRING")
+TOPICS_DDL = "topic_id STRING, name STRING, partitions INT"
+PARTITIONS_DDL = ("topic STRING, topic_id STRING, partition INT, replicas ARRAY<INT>, isr ARRAY<INT>, leader INT, "
+                  "leader_epoch INT, partition_epoch INT, adding_replicas ARRAY<INT>, "
+                  "removing_replicas ARRAY<INT>, leader_recovery_state TINYINT")
+
+
+def _expected_frames(spark: SparkSession, image: dict) -> dict[str, DataFrame]:
+    """The oracle's image as the three tables; Uuids in Kafka's form, as the tables hold them."""
+    brokers = [(int(b), v["epoch"], uuids.normalize(v["incarnation"]), v["fenced"], v["in_controlled_shutdown"],
+                v["rack"]) for b, v in image["brokers"].items()]
+    counts: dict[str, int] = {}
+    for p in image["partitions"]:
+        counts[p["topic_id"]] = counts.get(p["topic_id"], 0) + 1
+    topics = [(uuids.normalize(tid), name, counts.get(tid, 0)) for tid, name in image["topics"].items()]
+    partitions = [(p["topic"], uuids.normalize(p["topic_id"]), p["partition"], p["replicas"], p["isr"], p["leader"],
+                   p["leader_epoch"], p["partition_epoch"], p["adding"], p["removing"], p["leader_recovery_state"])
+                  for p in image["partitions"]]
+    return {"brokers": spark.createDataFrame(brokers, BROKERS_DDL),
+            "topics": spark.createDataFrame(topics, TOPICS_DDL),
+            "partitions": spark.createDataFrame(partitions, PARTITIONS_DDL)}
+
+
+@pytest.mark.parametrize("name", ["single-broker-shutdown", "single-broker-snapshot", "single-broker-restarts"])
+def test_real_log_ends_in_the_clusters_own_image(name: str, spark: SparkSession, fixtures_dir: Path,
+                                                 tmp_path: Path) -> None:
+    fixture = fixtures_dir / name
+    warehouse = Warehouse(str(tmp_path / "warehouse"), spark=spark)
+    ingest_source(warehouse, str(fixture / "__cluster_metadata-0"))
+    run_controller(warehouse, tmp_path / "checkpoint", SHARDS, None)
+
+    expected = _expected_frames(spark, json.loads((fixture / "expected-image.json").read_text()))
+    for table, keys in [("brokers", ["broker_id"]), ("topics", ["topic_id"]), ("partitions", ["topic_id", "partition"])]:
+        actual = warehouse.read_df(table).select(*expected[table].columns)
+        assert_df_equality(actual.orderBy(*keys), expected[table].orderBy(*keys), ignore_nullable=True)
+
+
+# --- generated logs -------------------------------------------------------------------------------
+
+def _held_in_transaction(events: list[dict], index: int) -> bool:
+    opened = False
+    for event in events[:index]:
+        if event["type"] == "BeginTransactionRecord":
+            opened = True
+        elif event["type"] in ("EndTransactionRecord", "AbortTransactionRecord"):
+            opened = False
+    return opened
+
+
+def assert_matches_the_generator(tables: dict[str, list[dict]], log: GeneratedLog) -> None:
+    """What the generator meant: its broker and partition model, and exactly its broken records rejected."""
+    offsets = {row["offset"] for row in tables["rejected"]}
+    assert sorted(offsets) == log.invalid, "replay rejected other records than the ones broken on purpose"
+    assert len(tables["rejected"]) == len(offsets), "a rejected record is reported more than once"
+    brokers = {r["broker_id"]: (r["epoch"], r["fenced"], r["in_controlled_shutdown"]) for r in tables["brokers"]}
+    assert brokers == log.brokers
+    partitions = {(r["topic"], r["partition"]): (r["replicas"], r["isr"], r["leader"], r["adding_replicas"])
+                  for r in tables["partitions"]}
+    assert partitions == log.partitions
+
+
+def test_one_record_per_batch_equals_one_batch_and_the_core(spark: SparkSession, tmp_path: Path) -> None:
+    log = generate_log(seed=54, size=40)
+    kinds = {e["type"] for e in log.events}
+    assert {"PartitionChangeRecord", "FenceBrokerRecord", "UnfenceBrokerRecord", "RemoveTopicRecord",
+            "EndTransactionRecord", "AbortTransactionRecord"} <= kinds, "seed 54 no longer covers the cases"
+    # a bad record held in a transaction, on a shard other than 0: its rejection must still be written
+    assert any(_held_in_transaction(log.events, i) and log.events[i]["type"] in TOPIC_SCOPED
+               and shard_of_topic(log.events[i]["data"]["TopicId"], SHARDS) != 0 for i in log.invalid)
+    source = write_jsonl(log.events, tmp_path / "log.jsonl")
+
+    results = {}
+    for limit in (None, 1):
+        warehouse = Warehouse(str(tmp_path / f"limit-{limit}" / "warehouse"), spark=spark)
+        ingest_jsonl(warehouse, source)
+        run_controller(warehouse, tmp_path / f"limit-{limit}" / "checkpoint", SHARDS, limit)
+        results[limit] = warehouse_tables(warehouse)
+
+    assert_same_tables(results[1], results[None], "1 record per batch vs 1 batch")
+    assert_same_tables(results[None], reference_tables(logged_events(warehouse), SHARDS), "streaming vs replay_log")
+    assert_matches_the_generator(results[None], log)
+
+
+@settings(max_examples=3, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), size=st.integers(12, 30), limit=st.integers(1, 10),
+       shards=st.integers(1, 4))
+def test_random_logs_in_random_batches_equal_the_core(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory,
+                                                      seed: int, size: int, limit: int, shards: int) -> None:
+    root = tmp_path_factory.mktemp("property")
+    log = generate_log(seed, size)
+    warehouse = Warehouse(str(root / "warehouse"), spark=spark)
+    ingest_jsonl(warehouse, write_jsonl(log.events, root / "log.jsonl"))
+    run_controller(warehouse, root / "checkpoint", shards, limit)
+    tables = warehouse_tables(warehouse)
+    assert_same_tables(tables, reference_tables(logged_events(warehouse), shards),
+                       f"seed {seed}, {limit} records per batch, {shards} shards")
+    assert_matches_the_generator(tables, log)
+
+
+def test_restart_reads_only_rows_appended_since(spark: SparkSession, tmp_path: Path) -> None:
+    log = generate_log(seed=6, size=36)
+    cut = 24
+    assert _held_in_transaction(log.events, cut), "the restart should have to carry an open transaction over"
+    warehouse = Warehouse(str(tmp_path / "warehouse"), spark=spark)
+    checkpoint = tmp_path / "checkpoint"
+    ingest_jsonl(warehouse, write_jsonl(log.events[:cut], tmp_path / "first.jsonl"))
+    run_controller(warehouse, checkpoint, SHARDS, None)
+    ingest_jsonl(warehouse, write_jsonl(log.events[cut:], tmp_path / "second.jsonl"))
+
+    query = streaming.start(warehouse, streaming.ControllerSettings(
+        shards=SHARDS, checkpoint=str(checkpoint), once=True))
+    assert query.awaitTermination(120), "the restarted query did not finish within 2 minutes"
+    assert query.exception() is None, f"the restarted query failed: {query.exception()}"
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    assert sum(p["numInputRows"] for p in progress) == len(log.events) - cut
+    start = progress[0]["sources"][0]["startOffset"]
+    assert (json.loads(start) if isinstance(start, str) else start) == {"offset": cut - 1}
+
+    tables = warehouse_tables(warehouse)
+    assert_same_tables(tables, reference_tables(logged_events(warehouse), SHARDS), "after the restart vs replay_log")
+    assert_matches_the_generator(tables, log)
+
+
+def test_tables_without_their_checkpoint_are_refused_until_reset(spark: SparkSession, tmp_path: Path) -> None:
+    log = generate_log(seed=11, size=30)
+    assert log.invalid, "seed 11 should give the replay something to reject"
+    source = write_jsonl(log.events, tmp_path / "log.jsonl")
+    with source.open("a") as handle:
+        handle.write("not json\n")  # an ingest-stage rejection, which is input, not derived state
+    warehouse = Warehouse(str(tmp_path / "warehouse"), spark=spark)
+    checkpoint = tmp_path / "checkpoint"
+    with pytest.raises(RuntimeError, match="no metadata_log"):
+        streaming.check_start(warehouse, str(checkpoint))
+    ingest_source(warehouse, str(source))
+    run_controller(warehouse, checkpoint, SHARDS, None)
+    before = warehouse_tables(warehouse)
+    ingest_rejections = warehouse.read_arrow("rejected").filter(_INGEST_STAGE).num_rows
+    assert ingest_rejections == 1
+
+    shutil.rmtree(checkpoint)
+    with pytest.raises(RuntimeError, match=r"checkpoint .* is missing.*--reset"):
+        streaming.check_start(warehouse, str(checkpoint))
+    with pytest.raises(RuntimeError, match="--reset"):
+        run_controller(warehouse, checkpoint, SHARDS, None)
+
+    streaming.reset(warehouse, str(checkpoint))
+    assert [n for n in ("brokers", "topics", "configs", "partitions", "partition_history") if warehouse.exists(n)] == []
+    assert warehouse.exists("metadata_log")
+    run_controller(warehouse, checkpoint, SHARDS, None)
+    assert_same_tables(warehouse_tables(warehouse), before, "rebuilt after --reset vs the first build")
+    assert warehouse.read_arrow("rejected").filter(_INGEST_STAGE).num_rows == ingest_rejections
+
+
+# --- a real crash: SIGKILL of the whole controller process group ------------------------------------
+
+KILL_LOG_SIZE = 200
+KILL_BATCH = 5
+
+
+def _controller_command(warehouse: Path) -> list[str]:
+    return [sys.executable, "jobs/controller.py", "--warehouse", str(warehouse), "--once",
+            "--max-records-per-batch", str(KILL_BATCH), "--shards", "2", "--override", "spark.master=local[1]",
+            "--override", "spark.sql.shuffle.partitions=2"]
+
+
+def _controller_env() -> dict[str, str]:
+    path = os.pathsep.join(p for p in [str(REPO_ROOT / "lib"), os.environ.get("PYTHONPATH")] if p)
+    return {**os.environ, "PYTHONPATH": path, "PYSPARK_PYTHON": sys.executable}
+
+
+def _committed_batches(checkpoint: Path) -> list[int]:
+    commits = checkpoint / "commits"
+    return sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit()) if commits.is_dir() else []
+
+
+def _sink_ahead_of_checkpoint(warehouse: Path, checkpoint: Path) -> bool:
+    """A table already holds a batch the checkpoint has not committed: the kill lands inside the sink."""
+    query = streaming.query_id(str(checkpoint))
+    done = _committed_batches(checkpoint)
+    if query is None or not done:
+        return False
+    tables = DeltaRsTables(str(warehouse))
+    app_id = f"kraftlake-controller-{query}"
+    return any((tables.txn_version(name, app_id) or -1) > done[-1] for name in TABLES if tables.exists(name))
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_sigkill_mid_run_then_restart_ends_as_an_uninterrupted_run(spark: SparkSession, tmp_path: Path) -> None:
+    log = generate_log(seed=3, size=KILL_LOG_SIZE)
+    source = write_jsonl(log.events, tmp_path / "log.jsonl")
+    killed = tmp_path / "killed"
+    checkpoint = killed / "_checkpoints" / "controller"
+    ingest_jsonl(DeltaRsTables(str(killed)), source)
+    batches = math.ceil(len(log.events) / KILL_BATCH)
+    output = tmp_path / "controller-killed.log"
+
+    with output.open("w") as out:
+        process = subprocess.Popen(_controller_command(killed), cwd=REPO_ROOT, env=_controller_env(), stdout=out,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            committed = _wait_for(lambda: bool(_committed_batches(checkpoint)) or process.poll() is not None, 180)
+            assert committed and process.poll() is None, (
+                f"expected the controller to be running with a committed batch (exit {process.poll()}):\n"
+                f"{output.read_text()[-4000:]}")
+            # best effort: aim between a sink commit and the checkpoint's; any kill point must be safe
+            _wait_for(lambda: _sink_ahead_of_checkpoint(killed, checkpoint) or process.poll() is not None, 10)
+            assert process.poll() is None, f"the controller finished before the kill:\n{output.read_text()[-4000:]}"
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(30)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(30)
+    done_at_kill = _committed_batches(checkpoint)
+    assert len(done_at_kill) < batches, f"killed after all {batches} batches, not mid-run"
+
+    restarted = subprocess.run(_controller_command(killed), cwd=REPO_ROOT, env=_controller_env(),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    finished = "\ncontroller: brokers" in restarted.stdout
+    assert finished and len(_committed_batches(checkpoint)) == batches, (
+        f"the restarted controller did not finish (exit {restarted.returncode}):\n{restarted.stdout[-4000:]}")
+
+    uninterrupted = Warehouse(str(tmp_path / "uninterrupted"), spark=spark)
+    ingest_jsonl(uninterrupted, source)
+    run_controller(uninterrupted, tmp_path / "uninterrupted-checkpoint", 2, None)
+    after_crash = warehouse_tables(Warehouse(str(killed), spark=spark))
+    assert_same_tables(after_crash, warehouse_tables(uninterrupted),
+                       f"killed after batch {done_at_kill[-1]} and restarted vs uninterrupted")
+    history = [(r["applied_offset"], r["topic_id"], r["partition"]) for r in after_crash["partition_history"]]
+    assert len(history) == len(set(history)), "partition_history has duplicate rows"
+    assert len({r["offset"] for r in after_crash["rejected"]}) == len(after_crash["rejected"]) == len(log.invalid)
+    if restarted.returncode == -signal.SIGABRT and "terminate called without an active exception" in restarted.stdout:
+        pytest.xfail("known bug: the controller job aborts at interpreter exit after finishing its work (pyarrow "
+                     "scan threads over delta-rs' Python filesystem outlive finalization, apache/arrow#34314)")
+    assert restarted.returncode == 0, f"the restarted controller failed:\n{restarted.stdout[-4000:]}"
+
+
+@pytest.mark.xfail(strict=True, reason="topic configs outlive their topic when it is not on shard 0: "
+                                       "RemoveTopicRecord reaches only the topic's shard, configs are shard 0's")
+def test_the_number_of_shards_changes_no_table() -> None:
+    log = generate_log(seed=4, size=60)
+    events = [{**e, "offset": i, "source": None, "position": None}
+              for i, e in enumerate(map(validate_event, log.events))]
+    one = reference_tables(events, 1)
+    for shards in (2, 3, 4):
+        assert_same_tables(reference_tables(events, shards), one, f"{shards} shards vs 1")
+
+
+def test_checkpoint_paths_may_hold_spaces_and_hashes(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "my checkpoints #1" / "controller"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "metadata").write_text('{"id":"5f0c7a52-query"}\n')
+    assert streaming.query_id(str(checkpoint)) == "5f0c7a52-query"
+    streaming.reset(Warehouse(str(tmp_path / "warehouse")), str(checkpoint))
+    assert not checkpoint.exists()
