@@ -250,6 +250,16 @@ def test_leader_recovery_state_target():
     assert c.partition("t").leader_recovery_state == 0 and c.partition("t").leader_epoch == 5
 
 
+def test_eligible_leader_replicas_are_cleared_as_kafka_does_with_elr_disabled():
+    c = Cluster()
+    c.brokers(1, 2, 3)
+    c.topic("t", [[1, 2, 3]], isr=[[1, 2]], EligibleLeaderReplicas=[3])
+    rec = change(c, isr=[1])
+    assert changed_fields(rec) == {"TopicId": topic_id(1), "PartitionId": 0, "Isr": [1], "EligibleLeaderReplicas": []}
+    check_kip841(c, [rec])
+    assert c.partition("t").elr == ()
+
+
 # --- reassignment completion -------------------------------------------------------------------------
 
 def test_reassignment_completes_once_the_target_replicas_are_in_sync():

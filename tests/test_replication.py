@@ -7,13 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from kraftlake import uuids
 from kraftlake.codec.logdir import read_partition_dir
 from kraftlake.decisions import Context, error_code
 from kraftlake.events import check_struct
-from kraftlake.image import ClusterImage
+from kraftlake.image import DIR_MIGRATING, ClusterImage
 from kraftlake.replay import replay
 from kraftlake.replication import alter_partition, broker_failover, elect_leaders
 from kraftlake.schemas import registry
+from kraftlake.topics import create_partitions, create_topics, delete_topics, new_topic_id
 
 from test_elections import Cluster, changed_fields, check_kip841, state, topic_id
 
@@ -388,3 +390,350 @@ def test_elect_leaders_unknown_election_type():
     c = three_brokers()
     records, resp = elect(c, 2, {"t": [0]})
     assert records == [] and resp["data"]["ErrorCode"] == error("INVALID_REQUEST")
+
+
+# --- CreateTopics ------------------------------------------------------------------------------------
+
+def creatable(name: str, partitions: int = -1, rf: int = -1, assignments: list[list[int]] | None = None,
+              configs: dict[str, str | None] | None = None) -> dict:
+    return {"Name": name, "NumPartitions": partitions, "ReplicationFactor": rf,
+            "Assignments": [{"PartitionIndex": i, "BrokerIds": b} for i, b in enumerate(assignments or [])],
+            "Configs": [{"Name": k, "Value": v} for k, v in (configs or {}).items()]}
+
+
+def create(c: Cluster, *topics: dict, version: int = 7, validate_only: bool = False, context: Context | None = None):
+    fields = {"validateOnly": validate_only} if version >= 1 else {}
+    return decide(c, create_topics, request("CreateTopicsRequest", version, Topics=list(topics), **fields), context)
+
+
+def outcome(resp: dict, key: str = "Topics", name: str = "Name") -> dict:
+    return {t[name]: t["ErrorCode"] for t in resp["data"][key]}
+
+
+def racked(c: Cluster, racks: dict[str, list[int]], **kwargs) -> None:
+    for rack, ids in racks.items():
+        for broker_id in ids:
+            c.broker(broker_id, rack=rack, **kwargs)
+
+
+def test_create_topic_places_replicas_across_racks():
+    c = Cluster()
+    racked(c, {"a": [1, 2], "b": [3, 4], "c": [5, 6]})
+    records, resp = create(c, creatable("t", 6, 3))
+    [result] = resp["data"]["Topics"]
+    assert result["ErrorCode"] == 0 and result["NumPartitions"] == 6 and result["ReplicationFactor"] == 3
+    assert result["TopicId"] == c.image.topic_ids["t"] and result["ErrorMessage"] is None
+    rack = {b.id: b.rack for b in c.image.brokers.values()}
+    partitions = [c.partition("t", i) for i in range(6)]
+    for p in partitions:
+        assert sorted(rack[r] for r in p.replicas) == ["a", "b", "c"]
+        assert p.isr == p.replicas and p.leader == p.replicas[0] and (p.leader_epoch, p.partition_epoch) == (0, 0)
+    # Striping: consecutive partitions start on consecutive racks, and every broker leads once.
+    assert sorted(p.leader for p in partitions) == [1, 2, 3, 4, 5, 6]
+    assert [rack[p.leader] for p in partitions[:3]] in (["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"])
+
+
+def test_create_topic_placement_is_deterministic_per_offset():
+    def place(offset: int) -> list[tuple[int, ...]]:
+        c = Cluster()
+        c.brokers(*range(1, 8))
+        create(c, creatable("t", 12, 3), context=ctx(offset))
+        return [c.partition("t", i).replicas for i in range(12)]
+
+    assert place(41) == place(41)
+    assert {place(o)[0] for o in range(20)} != {place(41)[0]}  # the offset seeds the start
+    assert all(len(set(r)) == 3 for r in place(41))
+
+
+def test_create_topic_never_leads_or_syncs_on_fenced_or_shutting_down_brokers():
+    c = Cluster()
+    c.brokers(1, 2)
+    c.broker(3, fenced=True)
+    c.broker(4, shutdown=True)
+    records, resp = create(c, creatable("t", 8, 3))
+    assert outcome(resp) == {"t": 0}
+    for i in range(8):
+        p = c.partition("t", i)
+        assert 4 not in p.replicas and sorted(p.replicas) == [1, 2, 3]  # fenced 3 only fills a follower slot
+        assert p.leader in (1, 2) and p.isr == tuple(r for r in p.replicas if r != 3)
+
+
+@pytest.mark.parametrize("topic, expected", [
+    (creatable("t", 1, 4), "INVALID_REPLICATION_FACTOR"),  # 3 brokers
+    (creatable("t", 1, 0), "INVALID_REPLICATION_FACTOR"),
+    (creatable("t", 1, -2), "INVALID_REPLICATION_FACTOR"),
+    (creatable("t", 0, 1), "INVALID_PARTITIONS"),
+    (creatable("t", -5, 1), "INVALID_PARTITIONS"),
+    (creatable("t", 1, 1, configs={"retention.ms": None}), "INVALID_CONFIG"),
+    (creatable("a..b!"), "INVALID_TOPIC_EXCEPTION"),
+    (creatable(".."), "INVALID_TOPIC_EXCEPTION"),
+    (creatable(""), "INVALID_TOPIC_EXCEPTION"),
+    (creatable("x" * 250), "INVALID_TOPIC_EXCEPTION"),
+    (creatable("my.topic"), "INVALID_TOPIC_EXCEPTION"),  # collides with my_topic
+    (creatable("my_topic"), "TOPIC_ALREADY_EXISTS"),
+])
+def test_create_topic_errors(topic, expected):
+    c = Cluster()
+    c.brokers(1, 2, 3)
+    c.topic("my_topic", [[1]], n=9)
+    records, resp = create(c, topic)
+    assert records == [] and outcome(resp) == {topic["Name"]: error(expected)}
+    assert resp["data"]["Topics"][0]["ErrorMessage"]
+
+
+def test_create_topic_with_every_broker_fenced():
+    c = Cluster()
+    c.brokers(1, 2, fenced=True)
+    records, resp = create(c, creatable("t", 1, 1))
+    assert outcome(resp) == {"t": error("INVALID_REPLICATION_FACTOR")}
+    assert resp["data"]["Topics"][0]["ErrorMessage"] == "Unable to replicate the partition 1 time(s): " \
+                                                       "All brokers are currently fenced."
+
+
+def test_create_topic_defaults_and_name_limits():
+    c = Cluster()
+    c.brokers(1, 2, 3)
+    records, resp = create(c, creatable("x" * 249), creatable("a-b_c.D9"),
+                           context=ctx(num_partitions="4", default_replication_factor="2"))
+    assert outcome(resp) == {"x" * 249: 0, "a-b_c.D9": 0}
+    assert len(c.image.topics[c.image.topic_ids["a-b_c.D9"]].partitions) == 4
+    assert all(len(p.replicas) == 2 for p in c.image.iter_partitions())
+
+
+def test_create_topic_with_manual_assignments():
+    c = Cluster()
+    c.brokers(1, 2, 3)
+    c.broker(4, fenced=True)
+    records, resp = create(c, creatable("t", assignments=[[4, 2, 1], [3, 4, 1]]))
+    assert outcome(resp) == {"t": 0}
+    assert [r["type"] for r in records] == ["TopicRecord", "PartitionRecord", "PartitionRecord"]
+    assert state(c.partition("t", 0)) == ([4, 2, 1], [2, 1], 2, 0, 0)
+    assert state(c.partition("t", 1)) == ([3, 4, 1], [3, 1], 3, 0, 0)
+
+
+@pytest.mark.parametrize("assignments, expected", [
+    ([[1, 2], [1, 7]], "INVALID_REPLICA_ASSIGNMENT"),  # unregistered
+    ([[1, 1]], "INVALID_REPLICA_ASSIGNMENT"),  # twice
+    ([[1, 2], [3]], "INVALID_REPLICA_ASSIGNMENT"),  # inconsistent replication factor
+    ([[]], "INVALID_REPLICA_ASSIGNMENT"),
+    ([[4, 5]], "INVALID_REPLICA_ASSIGNMENT"),  # only fenced / shutting down
+])
+def test_create_topic_manual_assignment_errors(assignments, expected):
+    c = Cluster()
+    c.brokers(1, 2, 3)
+    c.broker(4, fenced=True)
+    c.broker(5, shutdown=True)
+    records, resp = create(c, creatable("t", assignments=assignments))
+    assert records == [] and outcome(resp) == {"t": error(expected)}
+
+
+def test_create_topic_manual_assignment_shape_errors():
+    c = Cluster()
+    c.brokers(1, 2)
+    bad_index = creatable("a", assignments=[[1], [2]])
+    bad_index["Assignments"][1]["PartitionIndex"] = 2
+    dup_index = creatable("b", assignments=[[1], [2]])
+    dup_index["Assignments"][1]["PartitionIndex"] = 0
+    with_rf = creatable("c", rf=1, assignments=[[1]])
+    with_count = creatable("d", partitions=1, assignments=[[1]])
+    records, resp = create(c, bad_index, dup_index, with_rf, with_count)
+    assert records == [] and outcome(resp) == {
+        "a": error("INVALID_REPLICA_ASSIGNMENT"), "b": error("INVALID_REPLICA_ASSIGNMENT"),
+        "c": error("INVALID_REQUEST"), "d": error("INVALID_REQUEST")}
+
+
+def test_create_topics_duplicate_names_in_one_request():
+    c = Cluster()
+    c.brokers(1)
+    records, resp = create(c, creatable("t"), creatable("u"), creatable("t"))
+    assert outcome(resp) == {"t": error("INVALID_REQUEST"), "u": 0}
+    assert list(c.image.topic_ids) == ["u"]
+
+
+def test_create_topic_configs_become_config_records():
+    c = Cluster()
+    c.brokers(1)
+    records, resp = create(c, creatable("t", configs={"cleanup.policy": "compact", "retention.ms": "1000"}))
+    assert [r["type"] for r in records] == ["TopicRecord", "ConfigRecord", "ConfigRecord", "PartitionRecord"]
+    assert c.image.configs[(2, "t")] == {"cleanup.policy": "compact", "retention.ms": "1000"}
+    assert [cfg["Name"] for cfg in resp["data"]["Topics"][0]["Configs"]] == ["cleanup.policy", "retention.ms"]
+
+
+def test_create_topics_validate_only_writes_nothing():
+    c = Cluster()
+    c.brokers(1, 2)
+    records, resp = create(c, creatable("t", 2, 2), creatable("bad!"), validate_only=True)
+    assert records == [] and outcome(resp) == {"t": 0, "bad!": error("INVALID_TOPIC_EXCEPTION")}
+    assert c.image.topics == {}
+
+
+def test_create_topic_ids_derive_from_name_and_offset():
+    def topic_id_at(offset: int, name: str = "t") -> str:
+        c = Cluster()
+        c.brokers(1)
+        create(c, creatable(name), context=ctx(offset))
+        return c.image.topic_ids[name]
+
+    assert topic_id_at(5) == topic_id_at(5)
+    assert len({topic_id_at(5), topic_id_at(6), topic_id_at(5, "u")}) == 3
+    assert new_topic_id("t", 5, [topic_id_at(5)]) != topic_id_at(5)
+
+
+def test_create_topics_only_for_owned_ids():
+    c = Cluster()
+    c.brokers(1)
+    mine = new_topic_id("mine", 1000, [])
+    records, resp = create(c, creatable("mine"), creatable("theirs"),
+                           context=Context(now_ms=0, offset=1000, owns=lambda tid: tid == mine))
+    assert outcome(resp) == {"mine": 0} and list(c.image.topic_ids) == ["mine"]
+
+
+def test_partition_records_follow_the_metadata_version():
+    old, new = Cluster(metadata_version=16), Cluster(metadata_version=17)
+    log_dir = uuids.from_bytes(bytes([7] * 16))
+    for c in (old, new):
+        c.broker(1, log_dirs=(log_dir,))
+        c.broker(2)
+    old_records, _ = create(old, creatable("t", assignments=[[1, 2]]))
+    new_records, _ = create(new, creatable("t", assignments=[[1, 2]]))
+    assert old_records[1]["version"] == 0 and new_records[1]["version"] == 1
+    assert old.partition("t").directories == (DIR_MIGRATING, DIR_MIGRATING)
+    assert new.partition("t").directories == (log_dir, DIR_MIGRATING)
+
+
+def test_create_topics_v0_response():
+    c = Cluster()
+    c.brokers(1)
+    records, resp = create(c, creatable("t"), version=0)
+    assert resp["version"] == 0 and outcome(resp) == {"t": 0}
+
+
+# --- CreatePartitions --------------------------------------------------------------------------------
+
+def grow(c: Cluster, *topics: tuple, validate_only: bool = False, context: Context | None = None):
+    entries = [{"Name": name, "Count": count, "Assignments": None if a is None else [{"BrokerIds": b} for b in a]}
+               for name, count, a in topics]
+    req = request("CreatePartitionsRequest", 3, Topics=entries, TimeoutMs=1000, ValidateOnly=validate_only)
+    return decide(c, create_partitions, req, context)
+
+
+def test_create_partitions_by_placement():
+    c = Cluster()
+    c.brokers(1, 2, 3)
+    c.broker(4, shutdown=True)
+    c.topic("t", [[1, 2]])
+    records, resp = grow(c, ("t", 4, None))
+    assert outcome(resp, "Results") == {"t": 0} and len(records) == 3
+    for pid in (1, 2, 3):
+        p = c.partition("t", pid)
+        assert len(set(p.replicas)) == 2 and 4 not in p.replicas and p.isr == p.replicas
+        assert (p.leader, p.leader_epoch, p.partition_epoch) == (p.replicas[0], 0, 0)
+
+
+def test_create_partitions_with_assignments():
+    c = Cluster()
+    c.brokers(1, 2, 3)
+    c.broker(4, fenced=True)
+    c.topic("t", [[1, 2]])
+    records, resp = grow(c, ("t", 3, [[4, 3], [2, 3]]))
+    assert outcome(resp, "Results") == {"t": 0}
+    assert state(c.partition("t", 1)) == ([4, 3], [3], 3, 0, 0)
+    assert state(c.partition("t", 2)) == ([2, 3], [2, 3], 2, 0, 0)
+
+
+@pytest.mark.parametrize("entry, expected", [
+    (("t", 2, None), "INVALID_PARTITIONS"),  # no increase
+    (("t", 1, None), "INVALID_PARTITIONS"),
+    (("t", 4, [[1, 2]]), "INVALID_REPLICA_ASSIGNMENT"),  # 2 new partitions, 1 assignment
+    (("t", 3, [[1]]), "INVALID_REPLICA_ASSIGNMENT"),  # replication factor 2
+    (("t", 3, [[1, 9]]), "INVALID_REPLICA_ASSIGNMENT"),
+    (("t", 3, [[4, 5]]), "INVALID_REPLICA_ASSIGNMENT"),  # nobody eligible
+    (("nope", 3, None), "UNKNOWN_TOPIC_OR_PARTITION"),
+])
+def test_create_partitions_errors(entry, expected):
+    c = Cluster()
+    c.brokers(1, 2, 3)
+    c.broker(4, fenced=True)
+    c.broker(5, shutdown=True)
+    c.topic("t", [[1, 2], [2, 3]])
+    records, resp = grow(c, entry)
+    assert records == [] and outcome(resp, "Results") == {entry[0]: error(expected)}
+
+
+def test_create_partitions_validate_only_and_duplicates():
+    c = Cluster()
+    c.brokers(1, 2)
+    c.topic("t", [[1]], n=1)
+    c.topic("u", [[1]], n=2)
+    records, resp = grow(c, ("t", 2, None), ("u", 2, None), ("u", 3, None), validate_only=True)
+    assert records == [] and outcome(resp, "Results") == {"t": 0, "u": error("INVALID_REQUEST")}
+
+
+# --- DeleteTopics ------------------------------------------------------------------------------------
+
+def delete(c: Cluster, version: int = 6, *, names: list[str] = (), ids: list[str] = (), entries=(), context=None):
+    if version < 6:
+        req = request("DeleteTopicsRequest", version, TopicNames=list(names), TimeoutMs=1000)
+    else:
+        topics = [{"Name": n} for n in names] + [{"TopicId": i} for i in ids] + list(entries)
+        req = request("DeleteTopicsRequest", version, Topics=topics, TimeoutMs=1000)
+    return decide(c, delete_topics, req, context)
+
+
+def deletions(resp: dict) -> list[tuple]:
+    return [(r["Name"], r["TopicId"], r["ErrorCode"]) for r in resp["data"]["Responses"]]
+
+
+@pytest.mark.parametrize("version", [0, 5, 6])
+def test_delete_topics_by_name(version):
+    c = Cluster()
+    c.brokers(1)
+    c.topic("t", [[1], [1]], n=1, configs={"retention.ms": "5"})
+    c.topic("u", [[1]], n=2)
+    records, resp = delete(c, version, names=["t", "nope"])
+    assert deletions(resp) == [("t", topic_id(1), 0), ("nope", uuids.ZERO_UUID, error("UNKNOWN_TOPIC_OR_PARTITION"))]
+    assert [r["type"] for r in records] == ["RemoveTopicRecord"]
+    assert list(c.image.topic_ids) == ["u"] and (2, "t") not in c.image.configs
+
+
+def test_delete_topics_by_id():
+    c = Cluster()
+    c.brokers(1)
+    c.topic("t", [[1]], n=1)
+    records, resp = delete(c, ids=[topic_id(1), topic_id(7)])
+    assert deletions(resp) == [("t", topic_id(1), 0), (None, topic_id(7), error("UNKNOWN_TOPIC_ID"))]
+    assert c.image.topics == {}
+
+
+def test_delete_topics_request_errors():
+    c = Cluster()
+    c.brokers(1)
+    c.topic("t", [[1]], n=1)
+    c.topic("u", [[1]], n=2)
+    records, resp = delete(c, names=["t", "t"], ids=[topic_id(2), topic_id(2)],
+                           entries=[{"Name": "u", "TopicId": topic_id(2)}, {}])
+    assert records == [] and deletions(resp) == [
+        ("t", uuids.ZERO_UUID, error("INVALID_REQUEST")),
+        (None, topic_id(2), error("INVALID_REQUEST")),
+        ("u", topic_id(2), error("INVALID_REQUEST")),  # both name and id
+        (None, uuids.ZERO_UUID, error("INVALID_REQUEST")),  # neither
+    ]
+
+
+@pytest.mark.parametrize("version, expected", [(2, "INVALID_REQUEST"), (3, "TOPIC_DELETION_DISABLED")])
+def test_delete_topics_disabled(version, expected):
+    c = Cluster()
+    c.brokers(1)
+    c.topic("t", [[1]])
+    records, resp = delete(c, version, names=["t"], context=ctx(delete_topic_enable="false"))
+    assert records == [] and deletions(resp) == [("t", topic_id(1), error(expected))]
+
+
+def test_delete_topics_only_owned():
+    c = Cluster()
+    c.brokers(1)
+    c.topic("t", [[1]], n=1)
+    c.topic("u", [[1]], n=2)
+    records, resp = delete(c, names=["t", "u", "nope"],
+                           context=Context(now_ms=0, offset=1, owns=lambda tid: tid == topic_id(2)))
+    assert [r[0] for r in deletions(resp)] == ["u", "nope"] and list(c.image.topic_ids) == ["t"]
