@@ -287,14 +287,9 @@ def test_sigkill_mid_run_then_restart_ends_as_an_uninterrupted_run(spark: SparkS
     history = [(r["applied_offset"], r["topic_id"], r["partition"]) for r in after_crash["partition_history"]]
     assert len(history) == len(set(history)), "partition_history has duplicate rows"
     assert len({r["offset"] for r in after_crash["rejected"]}) == len(after_crash["rejected"]) == len(log.invalid)
-    if restarted.returncode == -signal.SIGABRT and "terminate called without an active exception" in restarted.stdout:
-        pytest.xfail("known bug: the controller job aborts at interpreter exit after finishing its work (pyarrow "
-                     "scan threads over delta-rs' Python filesystem outlive finalization, apache/arrow#34314)")
     assert restarted.returncode == 0, f"the restarted controller failed:\n{restarted.stdout[-4000:]}"
 
 
-@pytest.mark.xfail(strict=True, reason="topic configs outlive their topic when it is not on shard 0: "
-                                       "RemoveTopicRecord reaches only the topic's shard, configs are shard 0's")
 def test_the_number_of_shards_changes_no_table() -> None:
     log = generate_log(seed=4, size=60)
     events = [{**e, "offset": i, "source": None, "position": None}

@@ -3,7 +3,7 @@
 A topic's records go to shard ``crc32(topic id) % N``; everything broker- or cluster-scoped is sent to
 every shard, so each shard holds the whole (small) broker registry plus its own topics and is a complete,
 deterministic controller for its partitions (DESIGN.md, "Sharding"). Cluster-wide rows (brokers,
-configs) are emitted by shard 0 only, topic rows by the topic's shard.
+configs) are emitted by shard 0 only, topic rows by the topic's shard (ADR 0002).
 
 ``step`` is exactly what the streaming job runs inside ``applyInPandasWithState``; ``replay_log`` runs the
 same steps in-process and is the reference the Spark job is tested against.
@@ -18,9 +18,10 @@ from typing import Iterable, Iterator
 from kraftlake.image import BrokerRegistration, ClusterImage, PartitionRegistration
 from kraftlake.replay import replay
 
-# Records that name one topic by id; every other event is broadcast.
-TOPIC_SCOPED = {"TopicRecord": "TopicId", "PartitionRecord": "TopicId",
-                "PartitionChangeRecord": "TopicId", "RemoveTopicRecord": "TopicId"}
+# Records that concern one topic's partitions, by the topic's id; every other event is broadcast,
+# TopicRecord and RemoveTopicRecord included: every shard knows every topic's name (topic configs are
+# keyed by name, and shard 0 must see a removal to drop them), only the owner holds its partitions.
+TOPIC_SCOPED = {"PartitionRecord": "TopicId", "PartitionChangeRecord": "TopicId"}
 # Events that change nothing a shard holds: filtered out before the shuffle.
 SKIPPED = frozenset({"NoOpRecord"})
 MARKERS = frozenset({"EndTransactionRecord", "SnapshotFooterRecord"})
@@ -178,7 +179,7 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict]) -> 
     last = state.last_offset
     topics_after = _topics_snapshot(image)
     for tid in sorted(topics_before.keys() | topics_after.keys()):
-        if topics_before.get(tid) == topics_after.get(tid):
+        if topics_before.get(tid) == topics_after.get(tid) or shard_of_topic(tid, shards) != shard:
             continue
         if tid in topics_after:
             name, count = topics_after[tid]

@@ -18,7 +18,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.dataset as pads
 from deltalake import DeltaTable
 from pyspark.sql.datasource import (
     DataSource,
@@ -35,7 +34,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from kraftlake.storage.deltars import column_max, nth_value_after, read_range, split_range
+from kraftlake.storage.deltars import column_max, dataset, nth_value_after, read_range, split_range
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -85,24 +84,19 @@ class _BatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         table = DeltaTable(self.path)
         actions = pa.table(table.get_add_actions())
-        sizes = dict(zip(actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist()))
-        dataset = table.to_pyarrow_dataset()
         groups: list[list[str]] = []
         group_bytes = BATCH_PARTITION_BYTES
-        for fragment in dataset.get_fragments():
+        for path, size in zip(actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist()):
             if group_bytes >= BATCH_PARTITION_BYTES:
                 groups.append([])
                 group_bytes = 0
-            groups[-1].append(fragment.path)
-            group_bytes += sizes[fragment.path]
+            groups[-1].append(path)
+            group_bytes += size
         # No partitions would make Spark fall back to one plain InputPartition(None).
         return [_Files(table.version(), paths) for paths in groups or [[]]]
 
     def read(self, partition: _Files) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        dataset = DeltaTable(self.path, version=partition.version).to_pyarrow_dataset()
-        wanted = set(partition.paths)
-        fragments = [f for f in dataset.get_fragments() if f.path in wanted]
-        files = pads.FileSystemDataset(fragments, dataset.schema, dataset.format, dataset.filesystem)
+        files = dataset(DeltaTable(self.path, version=partition.version), partition.paths)
         scanner = files.scanner(columns=self.schema.fieldNames())
         return _to_spark_batches(scanner.to_batches(), self.schema)
 

@@ -77,8 +77,43 @@ def file_ranges(table: DeltaTable, column: str) -> list[FileRange]:
     ]
 
 
-def _fragments(table: DeltaTable) -> dict[str, pads.Fragment]:
-    return {fragment.path: fragment for fragment in table.to_pyarrow_dataset().get_fragments()}
+def _local_root(table: DeltaTable) -> str | None:
+    parsed = urlparse(table.table_uri)
+    if parsed.scheme in ("", "file"):
+        return os.path.abspath(parsed.path)
+    return None
+
+
+def dataset(table: DeltaTable, paths: Iterable[str] | None = None) -> pads.Dataset:
+    """The table's active files (or ``paths`` of them, relative to the table) as a pyarrow dataset.
+
+    For local tables the files are opened with pyarrow's own LocalFileSystem: delta-rs' dataset goes
+    through a filesystem implemented in Python, which Arrow's I/O threads may still call while the
+    interpreter shuts down, aborting the process after the job's work is done (apache/arrow#34314).
+    Other URIs keep delta-rs' filesystem (its object-store credentials). Our tables use neither
+    deletion vectors nor column mapping nor partitions (delta-rs does not write them), so the files
+    plus the table schema are the whole snapshot; files that predate a column read it as null.
+    """
+    root = _local_root(table)
+    if root is None:
+        full = table.to_pyarrow_dataset()
+        if paths is None:
+            return full
+        wanted = set(paths)
+        return pads.FileSystemDataset([f for f in full.get_fragments() if f.path in wanted], full.schema,
+                                      full.format, full.filesystem)
+    relative = [r["path"] for r in pa.table(table.get_add_actions(flatten=True)).select(["path"]).to_pylist()] \
+        if paths is None else list(paths)
+    schema = pa.schema(table.schema().to_arrow())
+    return pads.dataset([os.path.join(root, path) for path in relative], schema=schema, format="parquet",
+                        filesystem=pafs.LocalFileSystem())
+
+
+def _fragments(table: DeltaTable, paths: list[str]) -> dict[str, pads.Fragment]:
+    """Fragments keyed by their path relative to the table, as the Delta log names them."""
+    root = _local_root(table)
+    return {(os.path.relpath(f.path, root) if root else f.path): f
+            for f in dataset(table, paths).get_fragments()}
 
 
 def column_max(table: DeltaTable, column: str) -> Any:
@@ -87,7 +122,7 @@ def column_max(table: DeltaTable, column: str) -> Any:
     known = [r.hi for r in ranges if r.hi is not None]
     unknown = [r.path for r in ranges if r.hi is None and r.num_records > 0]
     if unknown:
-        fragments = _fragments(table)
+        fragments = _fragments(table, unknown)
         for path in unknown:
             values = fragments[path].to_table(columns=[column]).column(column)
             best = pc.max(values).as_py()
@@ -106,7 +141,7 @@ def nth_value_after(table: DeltaTable, column: str, after: int, n: int) -> int |
     """
     candidates = [r for r in file_ranges(table, column) if r.num_records and r.may_hold_above(after)]
     candidates.sort(key=lambda r: -np.inf if r.lo is None else r.lo)
-    fragments = _fragments(table) if candidates else {}
+    fragments = _fragments(table, [c.path for c in candidates]) if candidates else {}
     smallest = np.empty(0, dtype=np.int64)
     for file in candidates:
         if len(smallest) >= n and file.lo is not None and file.lo > smallest[n - 1]:
@@ -138,8 +173,8 @@ def split_range(table: DeltaTable, column: str, lo: int, hi: int, target_rows: i
 
 def read_range(table: DeltaTable, column: str, lo: int, hi: int, columns: list[str] | None = None) -> pa.Table:
     """Rows with lo < column <= hi, sorted by it; files outside the range are skipped via the log."""
-    dataset = table.to_pyarrow_dataset(file_pruning_predicate=[(column, ">", lo), (column, "<=", hi)])
-    rows = dataset.to_table(columns=columns, filter=(pc.field(column) > lo) & (pc.field(column) <= hi))
+    files = [r.path for r in file_ranges(table, column) if r.num_records and r.may_hold_in(lo, hi)]
+    rows = dataset(table, files).to_table(columns=columns, filter=(pc.field(column) > lo) & (pc.field(column) <= hi))
     return rows.sort_by(column)
 
 
@@ -282,7 +317,7 @@ class DeltaRsTables:
 
     def read_arrow(self, name: str, columns: list[str] | None = None, filter: pc.Expression | None = None) -> pa.Table:
         """Read through the table's pyarrow dataset, whose Parquet statistics prune row groups for ``filter``."""
-        return self.table(name).to_pyarrow_dataset().to_table(columns=columns, filter=filter)
+        return dataset(self.table(name)).to_table(columns=columns, filter=filter)
 
     def max_value(self, name: str, column: str) -> Any:
         """Max of a top-level column from the log's file statistics (no data read when stats exist)."""
