@@ -278,6 +278,20 @@ def test_reassignment_completes_once_the_target_replicas_are_in_sync():
     assert p.removing_replicas == () and p.adding_replicas == ()
 
 
+def test_reassignment_start_adds_replicas_in_their_default_directories():
+    c = Cluster()
+    log_dir = uuids.from_bytes(bytes([7] * 16))
+    c.brokers(1, 2, 3)
+    c.broker(4, log_dirs=(log_dir,))
+    c.topic("t", [[1, 2, 3]])
+    rec = change(c, replicas=[1, 2, 3, 4], adding=[4], new_replica_dir=lambda b: default_dir(c.image, b))
+    assert changed_fields(rec) == {"TopicId": topic_id(1), "PartitionId": 0, "Replicas": [1, 2, 3, 4],
+                                   "AddingReplicas": [4], "Directories": [DIR_MIGRATING] * 3 + [log_dir]}
+    check_kip841(c, [rec])
+    p = c.partition("t")
+    assert state(p) == ([1, 2, 3, 4], [1, 2, 3], 1, 5, 11) and p.adding_replicas == (4,)
+
+
 def test_reassignment_dropping_a_follower_bumps_the_leader_epoch():
     c = Cluster()
     c.brokers(1, 2, 3)
