@@ -16,10 +16,17 @@ change never leaves the ISR empty, and an ELR found in the image is cleared.
 from __future__ import annotations
 
 import enum
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from kraftlake.decisions import record
-from kraftlake.image import DIR_MIGRATING, DIR_UNASSIGNED, NO_LEADER, ClusterImage, PartitionRegistration
+from kraftlake.image import (
+    CONFIG_TOPIC,
+    DIR_MIGRATING,
+    DIR_UNASSIGNED,
+    NO_LEADER,
+    ClusterImage,
+    PartitionRegistration,
+)
 
 RECOVERED, RECOVERING = 0, 1  # LeaderRecoveryState
 
@@ -74,9 +81,9 @@ def default_dir(image: ClusterImage, broker_id: int) -> str:
     return broker.directories[0] if len(broker.directories) == 1 else DIR_UNASSIGNED
 
 
-def unclean_election_enabled(image: ClusterImage, topic_name: str, config: dict) -> bool:
+def unclean_election_enabled(image: ClusterImage, topic_name: str, config: Mapping[str, str]) -> bool:
     """``unclean.leader.election.enable``: the topic's own config wins over the cluster's."""
-    topic_config = image.configs.get((2, topic_name), {})
+    topic_config = image.configs.get((CONFIG_TOPIC, topic_name), {})
     value = topic_config.get("unclean.leader.election.enable",
                              config.get("unclean.leader.election.enable", "false"))
     return str(value).strip().lower() == "true"

@@ -16,7 +16,7 @@ import hashlib
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from kraftlake import uuids
 from kraftlake.decisions import Context, Decision, error_code, record, response
@@ -278,7 +278,7 @@ def _duplicates(names: list[str]) -> set[str]:
 # --- CreateTopics ---------------------------------------------------------------------------------
 
 def _topic_partitions(image: ClusterImage, topic: dict, placer: StripedPlacer,
-                      config: dict) -> list[tuple[list[int], list[int]]]:
+                      config: Mapping[str, str]) -> list[tuple[list[int], list[int]]]:
     """(replicas, ISR) per partition of a new topic, in partition order (``createTopic``)."""
     if topic["Assignments"]:
         if topic["ReplicationFactor"] != -1:
