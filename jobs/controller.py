@@ -3,8 +3,10 @@
     ./spark-submit.sh jobs/controller.py --warehouse W --once    # batch replay (AvailableNow), then exit
     ./spark-submit.sh jobs/controller.py --warehouse W           # keep running; new log rows as they land
 
-Writes brokers, topics, configs, partitions (current state), partition_history (every change) and
-rejected (records that do not apply). The checkpoint lives in W/_checkpoints/controller; kill the job at
+Replays the log's records and decides its requests (BrokerHeartbeatRequest, CreateTopicsRequest, ...)
+as Kafka's controller would. Writes brokers, topics, configs, partitions (current state),
+partition_history (every change), controller_log (the records the controller generated),
+responses (its answer to each request) and rejected (what does not apply). The checkpoint lives in W/_checkpoints/controller; kill the job at
 any point and start it again: the tables end as if it had never stopped.
 """
 
@@ -14,7 +16,7 @@ import argparse
 import sys
 
 from kraftlake.config import add_common_arguments, config_from_args
-from kraftlake.runtime import open_warehouse
+from kraftlake.runtime import kafka_configs, open_warehouse
 from kraftlake.streaming import ControllerSettings, reset, run
 
 
@@ -36,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = ControllerSettings(
         shards=args.shards or config.get_int("kraftlake.shards", minimum=1), checkpoint=checkpoint,
         once=args.once, max_records_per_batch=limit or None,
-        trigger_interval_ms=config.get_int("kraftlake.controller.trigger.interval.ms", minimum=0))
+        trigger_interval_ms=config.get_int("kraftlake.controller.trigger.interval.ms", minimum=0),
+        kafka_config=kafka_configs(config))
     if args.reset:
         reset(warehouse, checkpoint)
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 from kraftlake.config import add_common_arguments, config_from_args
 from kraftlake.ingest import ingest
 from kraftlake.output import print_table
-from kraftlake.runtime import open_warehouse, register_views
+from kraftlake.runtime import kafka_configs, open_warehouse, register_views
 from kraftlake.sample import write_sample
 from kraftlake.streaming import ControllerSettings, run
 
@@ -34,6 +34,15 @@ QUERIES = (
     ("Who led orders-1, and with which ISR, at each change (partition_history)",
      "SELECT offset, timestamp, cause, leader_before, leader, isr_before, isr, leader_epoch "
      "FROM partition_history WHERE topic = 'orders' AND partition = 1 ORDER BY offset"),
+    ("What if broker 3 shuts down now? The controller's answers to its heartbeats",
+     "SELECT r.offset, r.request_type, m.BrokerHeartbeatRequest.BrokerId AS broker, "
+     "m.BrokerHeartbeatRequest.WantShutDown AS want_shut_down, r.error_name, "
+     "get_json_object(r.data, '$.ShouldShutDown') AS should_shut_down "
+     "FROM responses r JOIN metadata_log m ON m.offset = r.offset ORDER BY r.offset"),
+    ("... and the partitions left offline or under min.insync.replicas",
+     "SELECT d.topic, d.partition, d.leader, d.isr, c.value AS min_insync_replicas FROM describe d "
+     "LEFT JOIN configs c ON c.resource_type = 2 AND c.resource_name = d.topic AND c.name = 'min.insync.replicas' "
+     "WHERE d.leader = -1 OR size(d.isr) < coalesce(CAST(c.value AS INT), 1) ORDER BY d.topic, d.partition"),
 )
 
 
@@ -43,12 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     config = config_from_args(args)
-    log_dir = write_sample(args.sample_dir)
-    print(f"sample cluster written to {log_dir}")
+    log_dir, what_if = write_sample(args.sample_dir)
+    print(f"sample cluster written to {log_dir}, what-if requests to {what_if}")
     warehouse = open_warehouse(config, "kraftlake-quickstart", with_spark=True)
-    ingest(warehouse, [str(log_dir)], on_source=print_summary)
+    ingest(warehouse, [str(log_dir), str(what_if)], on_source=print_summary)
     run(warehouse, ControllerSettings(shards=config.get_int("kraftlake.shards", minimum=1),
-                                      checkpoint=f"{warehouse.root}/_checkpoints/controller", once=True))
+                                      checkpoint=f"{warehouse.root}/_checkpoints/controller", once=True,
+                                      kafka_config=kafka_configs(config)))
     register_views(warehouse)
     for title, query in QUERIES:
         print(f"\n{title}:\n  {query}")

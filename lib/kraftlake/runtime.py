@@ -23,6 +23,11 @@ FROM partitions ORDER BY topic, partition
 """
 
 
+def kafka_configs(config: Config) -> dict[str, str]:
+    """The Kafka settings of ``config`` (``broker.session.timeout.ms``, ...) that decisions read."""
+    return {k: v for k, v in config.items() if not k.startswith(("kraftlake.", "spark."))}
+
+
 def register_views(warehouse: Warehouse) -> list[str]:
     """Every table of the warehouse as a temporary view named after it, plus ``describe``."""
     names = warehouse.names()

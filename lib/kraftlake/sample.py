@@ -2,12 +2,13 @@
 
 Three brokers register and are unfenced, two topics are created, the controller fails over once,
 broker 2 goes through a controlled shutdown (leadership moves away, it leaves every ISR, it is fenced)
-and comes back with a new incarnation.
+and comes back with a new incarnation. Then, as what-if requests in JSON lines, broker 3 asks to shut down.
 Batches use every compression codec Kafka writes, so the quickstart reads them all.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -113,8 +114,24 @@ def build_events(seed: int = 7) -> list[dict]:
     return log.events
 
 
-def write_sample(root: str | Path, seed: int = 7) -> Path:
-    """The sample cluster's ``__cluster_metadata-0`` directory, under ``root``."""
+def what_if_requests(events: list[dict]) -> list[dict]:
+    """Hand-written requests continuing the log: broker 3 asks to shut down (KIP-841 controlled
+    shutdown), brokers 1 and 2 heartbeat as usual having caught up with it, then broker 3 asks again."""
+    last = events[-1]["timestamp"]
+    epochs = {e["data"]["BrokerId"]: e["data"]["BrokerEpoch"] for e in events if e["type"] == "RegisterBrokerRecord"}
+    shutdown_at = len(events)  # the offset the first request will get, right after the log
+
+    def heartbeat(broker: int, delay_ms: int, metadata_offset: int, shut_down: bool) -> dict:
+        return {"type": "BrokerHeartbeatRequest", "version": 1, "timestamp": last + delay_ms,
+                "data": {"BrokerId": broker, "BrokerEpoch": epochs[broker],
+                         "CurrentMetadataOffset": metadata_offset, "WantShutDown": shut_down}}
+
+    return [heartbeat(3, 1000, shutdown_at - 1, True), heartbeat(1, 1500, shutdown_at, False),
+            heartbeat(2, 1600, shutdown_at, False), heartbeat(3, 3000, shutdown_at, True)]
+
+
+def write_sample(root: str | Path, seed: int = 7) -> tuple[Path, Path]:
+    """(``__cluster_metadata-0`` directory, JSON lines of what-if requests) of the sample cluster."""
     root = Path(root)
     events = build_events(seed)
     log_dir = write_partition_dir(
@@ -123,4 +140,6 @@ def write_sample(root: str | Path, seed: int = 7) -> Path:
         quorum_state={"leaderId": 101, "leaderEpoch": events[-1]["leader_epoch"], "votedId": -1,
                       "appliedOffset": 0, "currentVoters": [{"voterId": v} for v in (100, 101, 102)],
                       "data_version": 0})
-    return log_dir
+    requests = root / "what-if-broker-3-shuts-down.jsonl"
+    requests.write_text("".join(json.dumps(e) + "\n" for e in what_if_requests(events)))
+    return log_dir, requests

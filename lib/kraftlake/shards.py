@@ -11,12 +11,17 @@ same steps in-process and is the reference the Spark job is tested against.
 
 from __future__ import annotations
 
+import json
 import zlib
-from dataclasses import dataclass
-from typing import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Mapping
 
+from kraftlake.cluster_control import ControllerState, expire_sessions, take_over
+from kraftlake.controller import decide, merge_responses
+from kraftlake.decisions import Context
 from kraftlake.image import BrokerRegistration, ClusterImage, PartitionRegistration
 from kraftlake.replay import replay
+from kraftlake.schemas import error_codes, registry
 
 # Records that concern one topic's partitions, by the topic's id; every other event is broadcast,
 # TopicRecord and RemoveTopicRecord included: every shard knows every topic's name (topic configs are
@@ -54,17 +59,31 @@ class Output:
 
 @dataclass
 class ShardState:
+    """A shard's image, its controller's soft state, and how far into the log it is.
+
+    ``in_term`` is false while the shard replays records another controller wrote; the first request
+    after them starts a term of its own (``cluster_control.take_over``), as a failover does in Kafka.
+    """
+
     image: ClusterImage
     last_offset: int = -1
+    controller: ControllerState = field(default_factory=ControllerState)
+    in_term: bool = False
 
     def to_bytes(self) -> bytes:
-        return self.last_offset.to_bytes(8, "big", signed=True) + self.image.to_bytes()
+        soft = json.dumps({"controller": self.controller.to_dict(), "in_term": self.in_term},
+                          separators=(",", ":")).encode()
+        return (self.last_offset.to_bytes(8, "big", signed=True) + len(soft).to_bytes(4, "big") + soft
+                + self.image.to_bytes())
 
     @classmethod
     def from_bytes(cls, raw: bytes | None) -> "ShardState":
         if not raw:
             return cls(ClusterImage())
-        return cls(ClusterImage.from_bytes(raw[8:]), int.from_bytes(raw[:8], "big", signed=True))
+        size = int.from_bytes(raw[8:12], "big")
+        soft = json.loads(raw[12:12 + size])
+        return cls(ClusterImage.from_bytes(raw[12 + size:]), int.from_bytes(raw[:8], "big", signed=True),
+                   ControllerState.from_dict(soft["controller"]), soft["in_term"])
 
 
 def partition_row(topic: str, p: PartitionRegistration) -> dict:
@@ -130,81 +149,176 @@ def _topics_snapshot(image: ClusterImage) -> dict[str, tuple[str, int]]:
     return {tid: (t.name, len(t.partitions)) for tid, t in image.topics.items()}
 
 
-def step(shard: int, shards: int, state: ShardState, events: Iterable[dict]) -> list[Output]:
-    """Replay this shard's events (offset order) into its image; the rows the warehouse must get.
+class _Step:
+    """One shard over one batch of its events: replays records, decides requests, collects rows."""
+
+    def __init__(self, shard: int, shards: int, state: ShardState, config: Mapping[str, str]):
+        self.shard, self.shards, self.state, self.config = shard, shards, state, config
+        self.image = state.image
+        self.out = _Collector()
+        self.names = {tid: t.name for tid, t in self.image.topics.items()}  # kept after removal, for history
+        self.latest_partitions: dict[tuple[str, int], tuple[int, str, PartitionRegistration | None]] = {}
+        self.latest_brokers: dict[int, tuple[dict, BrokerRegistration | None]] = {}
+
+    def owns(self, topic_id: str) -> bool:
+        return shard_of_topic(topic_id, self.shards) == self.shard
+
+    def event(self, event: dict) -> None:
+        if registry()[event["type"]].kind == "request":
+            self.request(event)
+            return
+        self.state.in_term = False  # a record another controller wrote: its term, not ours
+        self.apply(event, event, reporter=event["type"] in TOPIC_SCOPED or self.shard == 0)
+
+    def apply(self, event: dict, cause: dict, reporter: bool) -> None:
+        """Replay one record (read from the log, or generated for ``cause``) and collect its rows."""
+        out = self.out
+        result = replay(self.image, event)
+        if result.rejected is not None and reporter:
+            out.add("rejected", "append", cause["offset"], rejected_row(event, result.rejected))
+        for offset, type_, reason in result.deferred_rejections:
+            # held records were routed like any other: the topic's shard reports its own, shard 0 the rest
+            if type_ in TOPIC_SCOPED or self.shard == 0:
+                out.add("rejected", "append", offset, rejected_row(event, reason, offset, type_))
+        if event["type"] == "TopicRecord" or event["type"] in MARKERS:  # topics may have appeared
+            self.names.update((tid, t.name) for tid, t in self.image.topics.items())
+        history_event = event if cause is event else {**event, "type": cause["type"]}
+        for before, after in result.partition_changes:
+            current = after if after is not None else before
+            topic = self.names.get(current.topic_id, "")
+            out.add("partition_history", "append", cause["offset"],
+                    history_row(topic, history_event, before, after))
+            self.latest_partitions[(current.topic_id, current.partition_id)] = (cause["offset"], topic, after)
+        if self.shard == 0:
+            for before, after in result.broker_changes:
+                self.latest_brokers[(after or before).id] = (event, after)
+
+    def request(self, request: dict) -> None:
+        """Decide a request as Kafka's controller would: first fence the brokers whose sessions expired
+        by the request's event time, then the decision; its records are replayed and logged."""
+        state = self.state
+        if not state.in_term:
+            take_over(self.image, state.controller, request["timestamp"])
+            state.in_term = True
+        ctx = Context(now_ms=request["timestamp"], offset=request["offset"], config=self.config, owns=self.owns)
+        self.generated(request, expire_sessions(self.image, state.controller, ctx))
+        decision = decide(self.image, state.controller, request, ctx)
+        if decision is None:
+            if self.shard == 0:
+                self.out.add("rejected", "append", request["offset"],
+                             rejected_row(request, f"the controller does not decide {request['type']} yet"))
+            return
+        self.generated(request, decision.records)
+        self.out.add("responses", "response", request["offset"],
+                     {**response_row(request, decision.response), "shard": self.shard})
+
+    def generated(self, request: dict, records: list[dict]) -> None:
+        """Records a decision made: partition records stay with their topic's shard; every other record
+        is replayed by every shard (they all decided it alike) and logged by shard 0."""
+        for record in records:
+            topic_id = record["data"].get(TOPIC_SCOPED.get(record["type"], ""))
+            if topic_id is not None and not self.owns(topic_id):
+                continue
+            logged = topic_id is not None or self.shard == 0
+            event = {**record, "offset": request["offset"], "leader_epoch": request["leader_epoch"],
+                     "timestamp": request["timestamp"], "source": None, "position": None}
+            self.apply(event, request, reporter=logged)
+            if logged:
+                self.out.add("controller_log", "append", request["offset"],
+                             {**event, "shard": self.shard, "seq": self.out.seq})
+
+    def finish(self, topics_before: dict, configs_before: dict) -> list[Output]:
+        out, image, shard = self.out, self.image, self.shard
+        # state tables need only each key's last state of the step: one row per key, not one per event
+        for (topic_id, partition_id), (offset, topic, after) in self.latest_partitions.items():
+            if after is None:
+                out.add("partitions", "delete", offset, {"topic_id": topic_id, "partition": partition_id})
+            else:
+                out.add("partitions", "upsert", offset, partition_row(topic, after))
+        for broker_id, (event, after) in self.latest_brokers.items():
+            if after is None:
+                out.add("brokers", "delete", event["offset"], {"broker_id": broker_id})
+            else:
+                out.add("brokers", "upsert", event["offset"], broker_row(after, event))
+        last = self.state.last_offset
+        topics_after = _topics_snapshot(image)
+        for tid in sorted(topics_before.keys() | topics_after.keys()):
+            if topics_before.get(tid) == topics_after.get(tid) or not self.owns(tid):
+                continue
+            if tid in topics_after:
+                name, count = topics_after[tid]
+                out.add("topics", "upsert", last, {"topic_id": tid, "name": name, "partitions": count})
+            else:
+                out.add("topics", "delete", last, {"topic_id": tid})
+        if shard == 0:
+            for key in sorted(configs_before.keys() | image.configs.keys()):
+                old, new = configs_before.get(key, {}), image.configs.get(key, {})
+                for name in sorted(old.keys() | new.keys()):
+                    row = {"resource_type": key[0], "resource_name": key[1], "name": name}
+                    if name not in new:
+                        out.add("configs", "delete", last, row)
+                    elif old.get(name) != new[name]:
+                        out.add("configs", "upsert", last, {**row, "value": new[name]})
+        return out.rows
+
+
+def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
+         config: Mapping[str, str] | None = None) -> list[Output]:
+    """Replay this shard's records and decide its requests, in offset order; the warehouse's rows.
 
     Events at or below the state's last offset were applied already (a micro-batch that Spark
     re-runs after a failure) and are skipped, which keeps the step idempotent on its own.
+    ``config`` holds the Kafka configs decisions read (``broker.session.timeout.ms``, ...).
     """
-    out = _Collector()
     image = state.image
     topics_before = _topics_snapshot(image)
     configs_before = {k: dict(v) for k, v in image.configs.items()} if shard == 0 else {}
-    names = {tid: t.name for tid, t in image.topics.items()}  # kept after removal, for the history rows
-    latest_partitions: dict[tuple[str, int], tuple[int, str, PartitionRegistration | None]] = {}
-    latest_brokers: dict[int, tuple[dict, BrokerRegistration | None]] = {}
+    work = _Step(shard, shards, state, config or {})
     for event in sorted(events, key=lambda e: e["offset"]):
         if event["offset"] <= state.last_offset:
             continue
         state.last_offset = event["offset"]
-        result = replay(image, event)
-        owner = event["type"] in TOPIC_SCOPED or shard == 0  # broadcast events are reported once
-        if result.rejected is not None and owner:
-            out.add("rejected", "append", event["offset"], rejected_row(event, result.rejected))
-        for offset, type_, reason in result.deferred_rejections:
-            # held records were routed like any other: the topic's shard reports its own, shard 0 the rest
-            if type_ in TOPIC_SCOPED or shard == 0:
-                out.add("rejected", "append", offset, rejected_row(event, reason, offset, type_))
-        if event["type"] == "TopicRecord" or event["type"] in MARKERS:  # topics may have appeared
-            names.update((tid, t.name) for tid, t in image.topics.items())
-        for before, after in result.partition_changes:
-            current = after if after is not None else before
-            topic = names.get(current.topic_id, "")
-            out.add("partition_history", "append", event["offset"], history_row(topic, event, before, after))
-            latest_partitions[(current.topic_id, current.partition_id)] = (event["offset"], topic, after)
-        if shard == 0:
-            for before, after in result.broker_changes:
-                latest_brokers[(after or before).id] = (event, after)
-    # state tables need only each key's last state of the step: one row per key, not one per event
-    for (topic_id, partition_id), (offset, topic, after) in latest_partitions.items():
-        if after is None:
-            out.add("partitions", "delete", offset, {"topic_id": topic_id, "partition": partition_id})
-        else:
-            out.add("partitions", "upsert", offset, partition_row(topic, after))
-    for broker_id, (event, after) in latest_brokers.items():
-        if after is None:
-            out.add("brokers", "delete", event["offset"], {"broker_id": broker_id})
-        else:
-            out.add("brokers", "upsert", event["offset"], broker_row(after, event))
-    last = state.last_offset
-    topics_after = _topics_snapshot(image)
-    for tid in sorted(topics_before.keys() | topics_after.keys()):
-        if topics_before.get(tid) == topics_after.get(tid) or shard_of_topic(tid, shards) != shard:
-            continue
-        if tid in topics_after:
-            name, count = topics_after[tid]
-            out.add("topics", "upsert", last, {"topic_id": tid, "name": name, "partitions": count})
-        else:
-            out.add("topics", "delete", last, {"topic_id": tid})
-    if shard == 0:
-        for key in sorted(configs_before.keys() | image.configs.keys()):
-            old, new = configs_before.get(key, {}), image.configs.get(key, {})
-            for name in sorted(old.keys() | new.keys()):
-                row = {"resource_type": key[0], "resource_name": key[1], "name": name}
-                if name not in new:
-                    out.add("configs", "delete", last, row)
-                elif old.get(name) != new[name]:
-                    out.add("configs", "upsert", last, {**row, "value": new[name]})
-    return out.rows
+        work.event(event)
+    return work.finish(topics_before, configs_before)
+
+
+def response_row(request: dict, response: dict) -> dict:
+    data = response["data"]
+    error_code = data.get("ErrorCode")
+    names = {code: name for name, code in error_codes().items()}
+    return {"offset": request["offset"], "timestamp": request["timestamp"], "request_type": request["type"],
+            "request_version": request["version"], "type": response["type"], "version": response["version"],
+            "error_code": error_code, "error_name": names.get(error_code) if error_code is not None else None,
+            "error_message": data.get("ErrorMessage"), "data": data}
 
 
 KEYS = {"partitions": ("topic_id", "partition"), "brokers": ("broker_id",), "topics": ("topic_id",),
         "configs": ("resource_type", "resource_name", "name")}
 
 
+def merged_responses(outputs: Iterable[Output]) -> list[dict]:
+    """One ``responses`` row per request: the shards' answers merged in shard order."""
+    by_request: dict[int, list[dict]] = {}
+    for o in outputs:
+        if o.op == "response":
+            by_request.setdefault(o.offset, []).append(o.row)
+    rows = []
+    for offset in sorted(by_request):
+        parts = sorted(by_request[offset], key=lambda r: r["shard"])
+        first = {k: v for k, v in parts[0].items() if k != "shard"}
+        rows.append({**first, "data": merge_responses([p["data"] for p in parts])})
+    return rows
+
+
 def apply_outputs(tables: dict[str, dict], outputs: Iterable[Output]) -> None:
     """Fold outputs into in-memory tables (keyed rows for state, lists for appends), in order."""
+    outputs = list(outputs)
+    responses = merged_responses(outputs)
+    if responses:
+        tables.setdefault("responses", []).extend(responses)
     for o in sorted(outputs, key=lambda o: (o.offset, o.seq)):
+        if o.op == "response":
+            continue
         if o.op == "append":
             tables.setdefault(o.table, []).append(o.row)
             continue
@@ -216,7 +330,8 @@ def apply_outputs(tables: dict[str, dict], outputs: Iterable[Output]) -> None:
             rows[key] = o.row
 
 
-def replay_log(events: Iterable[dict], shards: int) -> tuple[dict[str, dict | list], list[ShardState]]:
+def replay_log(events: Iterable[dict], shards: int, config: Mapping[str, str] | None = None
+               ) -> tuple[dict[str, dict | list], list[ShardState]]:
     """The whole pipeline in-process: route, step every shard, fold the outputs into tables."""
     states = [ShardState(ClusterImage()) for _ in range(shards)]
     per_shard: list[list[dict]] = [[] for _ in range(shards)]
@@ -226,7 +341,7 @@ def replay_log(events: Iterable[dict], shards: int) -> tuple[dict[str, dict | li
     tables: dict[str, dict | list] = {}
     outputs: list[Output] = []
     for shard in range(shards):
-        outputs.extend(step(shard, shards, states[shard], per_shard[shard]))
+        outputs.extend(step(shard, shards, states[shard], per_shard[shard], config))
     apply_outputs(tables, outputs)
     return tables, states
 

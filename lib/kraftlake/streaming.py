@@ -15,20 +15,21 @@ import base64
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import Any, Iterator, Mapping, TextIO
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from kraftlake.schemas import StructSpec, metadata_log_schema, registry, table_arrow_schema
-from kraftlake.shards import KEYS, SKIPPED, TOPIC_SCOPED, Output, ShardState, step
+from kraftlake.shards import KEYS, SKIPPED, TOPIC_SCOPED, Output, ShardState, merged_responses, step
+from kraftlake.tables import controller_log_schema, controller_log_to_arrow
 from kraftlake.storage import Warehouse
 
 STATE_TABLES = ("brokers", "topics", "configs", "partitions")
 APPEND_TABLES = ("partition_history", "rejected")
-DERIVED_TABLES = STATE_TABLES + ("partition_history",)
+DERIVED_TABLES = STATE_TABLES + ("partition_history", "controller_log", "responses")
 OUTPUT_SCHEMA = "table string, op string, offset long, seq int, row string"
 STATE_SCHEMA = "state binary"
 TIMESTAMP_COLUMNS = {"last_timestamp", "timestamp"}
@@ -41,6 +42,7 @@ class ControllerSettings:
     once: bool
     max_records_per_batch: int | None = None
     trigger_interval_ms: int = 1000
+    kafka_config: Mapping[str, str] = field(default_factory=dict)  # broker.session.timeout.ms, ...
 
 
 def _with_nulls(spec: StructSpec, data: dict) -> dict:
@@ -88,8 +90,9 @@ def routed_events(spark_df: Any, shards: int) -> Any:
                     "source", "position"))
 
 
-def shard_function(shards: int):
+def shard_function(shards: int, kafka_config: Mapping[str, str]):
     """The function ``applyInPandasWithState`` runs per shard and micro-batch (pickled to executors)."""
+    config = dict(kafka_config)
 
     def run(key: tuple, frames: Iterator[Any], state: Any) -> Iterator[Any]:
         import pandas as pd
@@ -97,7 +100,7 @@ def shard_function(shards: int):
         shard = int(key[0])
         current = ShardState.from_bytes(state.get[0] if state.exists else None)
         events = [event_from_row(row) for frame in frames for row in frame.to_dict("records")]
-        outputs = step(shard, shards, current, events)
+        outputs = step(shard, shards, current, events, config)
         state.update((current.to_bytes(),))
         yield pd.DataFrame({
             "table": [o.table for o in outputs], "op": [o.op for o in outputs],
@@ -132,6 +135,15 @@ def write_outputs(warehouse: Warehouse, outputs: list[Output], txn: tuple[str, i
     # so (offset, seq) orders every key's rows
     ordered = sorted(outputs, key=lambda o: (o.offset, o.seq))
     written = {}
+    generated = [o.row for o in ordered if o.table == "controller_log"]
+    if generated:
+        warehouse.append("controller_log", controller_log_to_arrow(generated), controller_log_schema(), txn)
+        written["controller_log"] = len(generated)
+    responses = merged_responses(ordered)
+    if responses:
+        rows = [{**r, "data": json.dumps(r["data"], default=_json_bytes)} for r in responses]
+        warehouse.append("responses", _arrow_rows("responses", rows), table_arrow_schema("responses"), txn)
+        written["responses"] = len(rows)
     for name in APPEND_TABLES:
         rows = [o.row for o in ordered if o.table == name]
         if rows:
@@ -205,15 +217,17 @@ def start(warehouse: Warehouse, settings: ControllerSettings):
     """Start the controller query; returns the ``StreamingQuery``."""
     spark = warehouse.spark
     check_start(warehouse, settings.checkpoint)
-    for name in STATE_TABLES + APPEND_TABLES:
+    for name in STATE_TABLES + APPEND_TABLES + ("responses",):
         warehouse.create_if_missing(name, table_arrow_schema(name))
+    warehouse.create_if_missing("controller_log", controller_log_schema())
     source = warehouse.read_stream("metadata_log", max_records_per_batch=settings.max_records_per_batch)
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     shards = settings.shards
     outputs = (routed_events(source, shards)
                .groupBy("shard")
-               .applyInPandasWithState(shard_function(shards), OUTPUT_SCHEMA, STATE_SCHEMA, "append",
+               .applyInPandasWithState(shard_function(shards, settings.kafka_config), OUTPUT_SCHEMA, STATE_SCHEMA,
+                                       "append",
                                        GroupStateTimeout.NoTimeout))
     app_id: list[str] = []
 

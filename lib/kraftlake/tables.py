@@ -52,6 +52,20 @@ def events_to_arrow(events: Sequence[dict], schema: pa.Schema | None = None) -> 
     return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
 
 
+def controller_log_schema() -> pa.Schema:
+    """``controller_log``: ``metadata_log``'s columns (``offset`` = the request that caused the record),
+    plus the shard that wrote it and its place among that request's records."""
+    return metadata_log_schema().append(pa.field("shard", pa.int32())).append(pa.field("seq", pa.int32()))
+
+
+def controller_log_to_arrow(rows: Sequence[dict]) -> pa.Table:
+    schema = controller_log_schema()
+    batch = events_to_arrow(rows)
+    columns = batch.columns + [pa.array([r["shard"] for r in rows], pa.int32()),
+                               pa.array([r["seq"] for r in rows], pa.int32())]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
 def rows_to_events(table: pa.Table) -> list[dict]:
     """The inverse of ``events_to_arrow``: ``metadata_log`` rows back into event dicts."""
     index = table.schema.get_field_index("timestamp")
