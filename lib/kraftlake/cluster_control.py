@@ -79,17 +79,18 @@ class ControllerState:
 
     sessions: dict[int, Session] = field(default_factory=dict)
     takeover_ms: int | None = None
+    balance_due_ms: int | None = None  # next leader-imbalance check (auto.leader.rebalance.enable)
 
     def to_dict(self) -> dict:
         """Plain ints in sorted order, so equal states serialise equally in the shard state store."""
-        return {"takeover_ms": self.takeover_ms,
+        return {"takeover_ms": self.takeover_ms, "balance_due_ms": self.balance_due_ms,
                 "sessions": [[broker_id, s.epoch, s.contact_ms, s.registered_offset, s.metadata_offset,
                               s.shutdown_offset] for broker_id, s in sorted(self.sessions.items())]}
 
     @classmethod
     def from_dict(cls, doc: Mapping) -> ControllerState:
         return cls(sessions={row[0]: Session(*row[1:]) for row in doc["sessions"]},
-                   takeover_ms=doc["takeover_ms"])
+                   takeover_ms=doc["takeover_ms"], balance_due_ms=doc.get("balance_due_ms"))
 
 
 def take_over(image: ClusterImage, state: ControllerState, now_ms: int) -> None:
@@ -104,6 +105,7 @@ def take_over(image: ClusterImage, state: ControllerState, now_ms: int) -> None:
     """
     state.takeover_ms = now_ms
     state.sessions = {b.id: _fresh_session(b, now_ms) for b in image.brokers.values() if not b.fenced}
+    state.balance_due_ms = None  # the first imbalance check comes one interval into the term
 
 
 def expire_sessions(image: ClusterImage, state: ControllerState, ctx: Context) -> list[dict]:
@@ -270,6 +272,23 @@ def decide_unregister_broker(image: ClusterImage, state: ControllerState, reques
     records.append(record("UnregisterBrokerRecord", {"BrokerId": broker.id, "BrokerEpoch": broker.epoch}))
     state.sessions.pop(broker.id, None)
     return Decision(records, response("UnregisterBrokerResponse", {"ErrorCode": 0}, version))
+
+
+def due_leader_balance(state: ControllerState, config: Mapping[str, str], now_ms: int) -> bool:
+    """Whether a leader-imbalance check is due at ``now_ms`` (event time); schedules the next one.
+
+    Kafka checks every ``leader.imbalance.check.interval.seconds`` while ``auto.leader.rebalance.enable``
+    is true, the first check one interval after the controller took over.
+    """
+    if config.get("auto.leader.rebalance.enable", "true").strip().lower() != "true":
+        return False
+    interval = int(config.get("leader.imbalance.check.interval.seconds", "300")) * 1000
+    if state.balance_due_ms is None:
+        state.balance_due_ms = (state.takeover_ms if state.takeover_ms is not None else now_ms) + interval
+    if now_ms < state.balance_due_ms:
+        return False
+    state.balance_due_ms = now_ms + interval
+    return True
 
 
 def session_timeout_ms(config: Mapping[str, str]) -> int:

@@ -65,6 +65,28 @@ def broker_failover(image: ClusterImage, broker_id: int, ctx: Context) -> list[d
     return records
 
 
+def balance_partition_leaders(image: ClusterImage, ctx: Context) -> list[dict]:
+    """Preferred elections for every partition of this shard whose leader is not its first replica
+    while that replica is in the ISR and eligible: what Kafka's controller does every
+    ``leader.imbalance.check.interval.seconds`` when ``auto.leader.rebalance.enable`` is true
+    (``ReplicationControlManager.maybeBalancePartitionLeaders``). A broker that came back therefore
+    leads again at the next check, not at once."""
+    mv = metadata_version(image)
+    eligible = eligible_replicas(image)
+    records = []
+    for topic in image.topics.values():
+        if not ctx.owns(topic.id):
+            continue
+        for partition in topic.partitions.values():
+            preferred = partition.replicas[0] if partition.replicas else NO_LEADER
+            if partition.leader == preferred or preferred not in partition.isr or not eligible(preferred):
+                continue
+            change = change_partition(partition, eligible, election=Election.PREFERRED, mv=mv)
+            if change is not None:
+                records.append(change)
+    return records
+
+
 # --- AlterPartition -------------------------------------------------------------------------------
 
 def _requested_isr(partition_data: dict, version: int) -> list[tuple[int, int]]:

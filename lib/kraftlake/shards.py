@@ -16,11 +16,12 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping
 
-from kraftlake.cluster_control import ControllerState, expire_sessions, take_over
+from kraftlake.cluster_control import ControllerState, due_leader_balance, expire_sessions, take_over
 from kraftlake.controller import decide, merge_responses
 from kraftlake.decisions import Context
 from kraftlake.image import BrokerRegistration, ClusterImage, PartitionRegistration
 from kraftlake.replay import replay
+from kraftlake.replication import balance_partition_leaders
 from kraftlake.schemas import error_codes, registry
 
 # Records that concern one topic's partitions, by the topic's id; every other event is broadcast,
@@ -195,13 +196,16 @@ class _Step:
 
     def request(self, request: dict) -> None:
         """Decide a request as Kafka's controller would: first fence the brokers whose sessions expired
-        by the request's event time, then the decision; its records are replayed and logged."""
+        by the request's event time, then a leader-imbalance check if one is due, then the decision;
+        all their records are replayed and logged."""
         state = self.state
         if not state.in_term:
             take_over(self.image, state.controller, request["timestamp"])
             state.in_term = True
         ctx = Context(now_ms=request["timestamp"], offset=request["offset"], config=self.config, owns=self.owns)
         self.generated(request, expire_sessions(self.image, state.controller, ctx))
+        if due_leader_balance(state.controller, self.config, ctx.now_ms):
+            self.generated(request, balance_partition_leaders(self.image, ctx))
         decision = decide(self.image, state.controller, request, ctx)
         if decision is None:
             if self.shard == 0:
