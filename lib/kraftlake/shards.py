@@ -150,6 +150,23 @@ def _topics_snapshot(image: ClusterImage) -> dict[str, tuple[str, int]]:
     return {tid: (t.name, len(t.partitions)) for tid, t in image.topics.items()}
 
 
+def _canonical_order(image: ClusterImage) -> None:
+    """Topics by id, partitions by index: the order an image has after the state store (``to_bytes``
+    sorts). Decisions that walk every topic (failover, unfencing, ElectLeaders over all topics) then
+    write their records and answers in one order, whether or not the image went through the state
+    store between micro-batches, so the tables do not depend on how the log was batched."""
+    topics = sorted(image.topics.items())
+    image.topics.clear()
+    image.topics.update(topics)
+    for topic in image.topics.values():
+        partitions = sorted(topic.partitions.items())
+        topic.partitions.clear()
+        topic.partitions.update(partitions)
+    names = sorted(image.topic_ids.items(), key=lambda item: item[1])
+    image.topic_ids.clear()
+    image.topic_ids.update(names)
+
+
 class _Step:
     """One shard over one batch of its events: replays records, decides requests, collects rows."""
 
@@ -160,6 +177,7 @@ class _Step:
         self.names = {tid: t.name for tid, t in self.image.topics.items()}  # kept after removal, for history
         self.latest_partitions: dict[tuple[str, int], tuple[int, str, PartitionRegistration | None]] = {}
         self.latest_brokers: dict[int, tuple[dict, BrokerRegistration | None]] = {}
+        self.unordered = True  # topics or partitions may be out of canonical order (until the first request)
 
     def owns(self, topic_id: str) -> bool:
         return shard_of_topic(topic_id, self.shards) == self.shard
@@ -183,6 +201,8 @@ class _Step:
                 out.add("rejected", "append", offset, rejected_row(event, reason, offset, type_))
         if event["type"] == "TopicRecord" or event["type"] in MARKERS:  # topics may have appeared
             self.names.update((tid, t.name) for tid, t in self.image.topics.items())
+        if event["type"] in ("TopicRecord", "PartitionRecord") or event["type"] in MARKERS:
+            self.unordered = True
         history_event = event if cause is event else {**event, "type": cause["type"]}
         for before, after in result.partition_changes:
             current = after if after is not None else before
@@ -199,6 +219,10 @@ class _Step:
         by the request's event time, then a leader-imbalance check if one is due, then the decision;
         all their records are replayed and logged."""
         state = self.state
+        self.logged = 0  # the request's records in controller_log so far: their seq
+        if self.unordered:
+            _canonical_order(self.image)
+            self.unordered = False
         if not state.in_term:
             take_over(self.image, state.controller, request["timestamp"])
             state.in_term = True
@@ -228,8 +252,10 @@ class _Step:
                      "timestamp": request["timestamp"], "source": None, "position": None}
             self.apply(event, request, reporter=logged)
             if logged:
+                # seq: the record's place among the request's records on this shard, whatever the batch
                 self.out.add("controller_log", "append", request["offset"],
-                             {**event, "shard": self.shard, "seq": self.out.seq})
+                             {**event, "shard": self.shard, "seq": self.logged})
+                self.logged += 1
 
     def finish(self, topics_before: dict, configs_before: dict) -> list[Output]:
         out, image, shard = self.out, self.image, self.shard
