@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from kraftlake import cluster_control, replication, topics
+from kraftlake import cluster_control, reassignments, replication, topics
 from kraftlake.cluster_control import ControllerState
 from kraftlake.decisions import Context, Decision
 from kraftlake.image import ClusterImage
@@ -30,6 +30,8 @@ PARTITION_REQUESTS: dict[str, Callable[[ClusterImage, dict, Context], Decision]]
     "AlterPartitionRequest": replication.alter_partition,
     "ElectLeadersRequest": replication.elect_leaders,
     "CreatePartitionsRequest": topics.create_partitions,
+    "AlterPartitionReassignmentsRequest": reassignments.alter_partition_reassignments,
+    "ListPartitionReassignmentsRequest": reassignments.list_partition_reassignments,
 }
 
 
