@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from kraftlake import controller
+from kraftlake import controller, uuids
 from kraftlake.cluster_control import ControllerState
 from kraftlake.decisions import Context
 from kraftlake.image import PartitionRegistration
@@ -408,3 +408,43 @@ def test_the_controller_dispatches_both_requests():
     assert decision.response["data"]["Topics"] == [{"Name": "t", "Partitions": [{
         "PartitionIndex": 0, "Replicas": [4, 5, 6, 1, 2, 3], "AddingReplicas": [4, 5, 6],
         "RemovingReplicas": [1, 2, 3]}]}]
+
+
+def test_a_target_back_to_the_original_replicas_in_flight_completes_at_once():
+    """T' = R while R -> T runs: nothing is left to add once R is in the ISR, so Kafka's
+    completion check finishes it in the same change."""
+    c = six_brokers()
+    reassign(c, {"t": {0: [4, 5, 6]}})
+    records, resp = reassign(c, {"t": {0: [1, 2, 3]}})
+    assert errors(resp) == {("t", 0): 0} and len(records) == 1
+    assert full(c.partition("t")) == ([1, 2, 3], [1, 2, 3], 1, 6, 12, [], [])
+
+
+def test_the_response_in_full():
+    c = six_brokers()
+    records, resp = reassign(c, {"t": {0: [4, 5, 6], 1: [4, 5, 6]}})
+    assert resp == {"type": "AlterPartitionReassignmentsResponse", "version": 0, "data": {
+        "ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "Responses": [{"Name": "t", "Partitions": [
+            {"PartitionIndex": 0, "ErrorCode": 0, "ErrorMessage": None},
+            {"PartitionIndex": 1, "ErrorCode": error("UNKNOWN_TOPIC_OR_PARTITION"),
+             "ErrorMessage": "Unable to find partition t:1."}]}]}}
+
+
+DIR = {b: uuids.from_bytes(bytes([0xD0 + b] * 16)) for b in range(1, 5)}
+
+
+@pytest.mark.parametrize("mv, version", [(11, 0), (17, 1), (23, 2)])
+def test_records_follow_the_metadata_version_and_place_new_replicas(mv, version):
+    c = Cluster(metadata_version=mv)
+    for b in range(1, 5):
+        c.broker(b, log_dirs=(DIR[b],))
+    c.topic("t", [[1, 2]])
+    before = list(c.partition("t").directories)
+    [rec], resp = reassign(c, {"t": {0: [3, 4]}})
+    assert rec["version"] == version
+    if mv >= 17:
+        # A new replica goes to its broker's only directory; the others stay where they are.
+        assert rec["data"]["Directories"] == [DIR[3], DIR[4]] + before
+    else:
+        assert "Directories" not in changed_fields(rec)
+    assert full(c.partition("t")) == ([3, 4, 1, 2], [1, 2], 1, 5, 11, [3, 4], [1, 2])
