@@ -1,0 +1,388 @@
+"""Scenario tests of the per-node Raft state machine (KIP-595).
+
+Every expected value here is worked out by hand from KIP-595 and Kafka's raft classes (named at each
+test), never computed by the code under test. Jitter is 0 so timeouts land on exact event times.
+"""
+
+from __future__ import annotations
+
+from kraftlake.raft import (CANDIDATE, FOLLOWER, LEADER, RESIGNED, UNATTACHED, VOTED, LogEntry, RaftConfig,
+                            RaftLog, RaftNode, message)
+
+CFG = RaftConfig(cluster_id="kraft", election_timeout_ms=1000, election_jitter_max_ms=0,
+                 election_backoff_max_ms=1000, fetch_timeout_ms=2000)
+
+NONE, FENCED, UNKNOWN_EPOCH, NOT_LEADER, INVALID, VOTER_SET, CLUSTER = 0, 74, 75, 6, 42, 94, 104
+
+
+def log_of(*epochs: int) -> RaftLog:
+    return RaftLog(LogEntry(e, f"r{i}") for i, e in enumerate(epochs))
+
+
+def node(node_id=1, voters=(1, 2, 3), epochs=(), epoch=0, cfg=CFG, now=0) -> RaftNode:
+    n = RaftNode(node_id, voters, cfg, log_of(*epochs), epoch=epoch)
+    n.tick(now)
+    return n
+
+
+def vote(src, dst, epoch, last_epoch=0, last_offset=0, cluster="kraft"):
+    return message("VoteRequest", src, dst, ClusterId=cluster, VoterId=dst, CandidateEpoch=epoch, CandidateId=src,
+                   LastOffsetEpoch=last_epoch, LastOffset=last_offset)
+
+
+def granted(src, dst, epoch, yes=True):
+    return message("VoteResponse", src, dst, ErrorCode=0, VoteGranted=yes, LeaderId=-1, LeaderEpoch=epoch)
+
+
+def fetch(src, dst, epoch, offset, last_epoch, cluster="kraft"):
+    return message("FetchRequest", src, dst, ClusterId=cluster, ReplicaId=src, CurrentLeaderEpoch=epoch,
+                   FetchOffset=offset, LastFetchedEpoch=last_epoch)
+
+
+def begin(src, dst, epoch):
+    return message("BeginQuorumEpochRequest", src, dst, ClusterId="kraft", VoterId=dst, LeaderId=src,
+                   LeaderEpoch=epoch)
+
+
+def only(out, type_):
+    found = [m for m in out if m["type"] == type_]
+    assert len(found) == 1, out
+    return found[0]["data"]
+
+
+def elected(node_id=1, voters=(1, 2, 3), epochs=(), epoch=0, cfg=CFG) -> RaftNode:
+    """Node ``node_id`` times out at 1000 ms (jitter 0), stands in epoch+1 and wins with the next voters' votes."""
+    n = node(node_id, voters, epochs, epoch, cfg)
+    n.tick(1000)
+    assert n.state == CANDIDATE and n.epoch == epoch + 1
+    for v in [v for v in voters if v != node_id][: len(voters) // 2]:
+        n.handle(granted(v, node_id, epoch + 1), 1000)
+    assert n.state == LEADER
+    return n
+
+
+# ----------------------------------------------------------------------------------- vote granting
+def test_one_vote_per_epoch():
+    n = node()
+    r = only(n.handle(vote(2, 1, epoch=1), 10), "VoteResponse")
+    assert (r["ErrorCode"], r["VoteGranted"], r["LeaderEpoch"]) == (NONE, True, 1)
+    assert (n.state, n.epoch, n.voted_for) == (VOTED, 1, 2)
+    # a second candidate in the same epoch is refused; the first one asking again is granted again
+    assert only(n.handle(vote(3, 1, epoch=1), 20), "VoteResponse")["VoteGranted"] is False
+    assert only(n.handle(vote(2, 1, epoch=1), 30), "VoteResponse")["VoteGranted"] is True
+    assert n.voted_for == 2
+    # a higher epoch is a new election: unattached there, so the vote is free again
+    assert only(n.handle(vote(3, 1, epoch=2), 40), "VoteResponse")["VoteGranted"] is True
+    assert (n.state, n.epoch, n.voted_for) == (VOTED, 2, 3)
+
+
+def test_vote_needs_a_log_at_least_as_up_to_date_last_epoch_first():
+    n = node(epochs=(1, 1, 2), epoch=2)  # last epoch 2, end offset 3
+    # a longer log of an older epoch loses: the last epoch is compared first
+    r = only(n.handle(vote(2, 1, epoch=3, last_epoch=1, last_offset=9), 10), "VoteResponse")
+    assert r["VoteGranted"] is False
+    assert (n.state, n.epoch, n.voted_for) == (UNATTACHED, 3, None)  # but the epoch moved on
+    # same last epoch, shorter log: refused
+    assert only(n.handle(vote(3, 1, epoch=3, last_epoch=2, last_offset=2), 20), "VoteResponse")["VoteGranted"] is False
+    # same last epoch, same end offset: granted
+    assert only(n.handle(vote(3, 1, epoch=3, last_epoch=2, last_offset=3), 30), "VoteResponse")["VoteGranted"] is True
+    assert n.voted_for == 3
+
+
+def test_vote_validation_errors():
+    n = node(epoch=5)
+    r = only(n.handle(vote(2, 1, epoch=4, last_epoch=3, last_offset=0), 10), "VoteResponse")
+    assert (r["ErrorCode"], r["VoteGranted"], r["LeaderEpoch"]) == (FENCED, False, 5)
+    assert only(n.handle(vote(2, 1, epoch=6, last_epoch=6), 10), "VoteResponse")["ErrorCode"] == INVALID
+    assert only(n.handle(vote(9, 1, epoch=6), 10), "VoteResponse")["ErrorCode"] == VOTER_SET
+    assert only(n.handle(vote(2, 1, epoch=6, cluster="other"), 10), "VoteResponse")["ErrorCode"] == CLUSTER
+    assert (n.state, n.epoch) == (UNATTACHED, 5)
+
+
+def test_candidate_and_follower_do_not_vote_for_others_in_their_epoch():
+    c = node()
+    c.tick(1000)
+    assert (c.state, c.epoch, c.voted_for) == (CANDIDATE, 1, 1)
+    assert only(c.handle(vote(2, 1, epoch=1), 1001), "VoteResponse")["VoteGranted"] is False
+    f = node(node_id=2)
+    f.handle(begin(1, 2, epoch=1), 5)
+    assert (f.state, f.leader_id) == (FOLLOWER, 1)
+    r = only(f.handle(vote(3, 2, epoch=1), 6), "VoteResponse")
+    assert (r["VoteGranted"], r["LeaderId"], r["LeaderEpoch"]) == (False, 1, 1)
+
+
+# ----------------------------------------------------------------------------------------- elections
+def test_election_timeout_vote_requests_and_begin_quorum_epoch():
+    n = node(epochs=(1, 1), epoch=1)
+    assert n.tick(999) == [] and n.state == UNATTACHED  # quorum.election.timeout.ms = 1000, no jitter
+    out = n.tick(1000)
+    assert (n.state, n.epoch) == (CANDIDATE, 2)
+    reqs = sorted((m["destination"], m["data"]["CandidateEpoch"], m["data"]["CandidateId"], m["data"]["LastOffsetEpoch"],
+                   m["data"]["LastOffset"]) for m in out if m["type"] == "VoteRequest")
+    assert reqs == [(2, 2, 1, 1, 2), (3, 2, 1, 1, 2)]
+    out = n.handle(granted(3, 1, 2), 1005)
+    assert (n.state, n.leader_id) == (LEADER, 1)
+    assert sorted(m["destination"] for m in out if m["type"] == "BeginQuorumEpochRequest") == [2, 3]
+    # the new leader's first entry is its LeaderChangeMessage, at the old end offset, in its epoch
+    assert n.log.end_offset == 3 and n.log.entries[2].epoch == 2
+    lc = n.log.entries[2].value
+    assert lc["type"] == "LeaderChangeMessage" and lc["data"]["LeaderId"] == 1
+    assert [v["VoterId"] for v in lc["data"]["GrantingVoters"]] == [1, 3]
+    assert [v["VoterId"] for v in lc["data"]["Voters"]] == [1, 2, 3]
+
+
+def test_begin_quorum_epoch_makes_a_follower_that_fetches():
+    f = node(node_id=2, epochs=(1, 1, 1), epoch=1)
+    out = f.handle(begin(1, 2, epoch=3), 50)
+    assert (f.state, f.epoch, f.leader_id) == (FOLLOWER, 3, 1)
+    assert only(out, "BeginQuorumEpochResponse")["ErrorCode"] == NONE
+    req = only(out, "FetchRequest")
+    assert (req["ReplicaId"], req["CurrentLeaderEpoch"], req["FetchOffset"], req["LastFetchedEpoch"],
+            req["ClusterId"]) == (2, 3, 3, 1, "kraft")
+    # a stale leader announcing an older epoch is fenced
+    r = only(f.handle(begin(3, 2, epoch=2), 60), "BeginQuorumEpochResponse")
+    assert (r["ErrorCode"], r["LeaderId"], r["LeaderEpoch"]) == (FENCED, 1, 3)
+
+
+def test_split_vote_then_a_new_epoch_after_backoff():
+    cfg = RaftConfig(cluster_id="kraft", election_timeout_ms=1000, election_jitter_max_ms=0,
+                     election_backoff_max_ms=0, fetch_timeout_ms=2000)
+    voters = (1, 2, 3, 4)  # majority 3
+    n1, n2, n3, n4 = (node(i, voters, cfg=cfg) for i in voters)
+    out1, out2 = n1.tick(1000), n2.tick(1000)
+    assert n1.state == n2.state == CANDIDATE and n1.epoch == n2.epoch == 1
+    to = {(m["source"], m["destination"]): m for m in out1 + out2}
+    r31 = n3.handle(to[(1, 3)], 1001)[0]
+    r32 = n3.handle(to[(2, 3)], 1001)[0]
+    r42 = n4.handle(to[(2, 4)], 1001)[0]
+    r41 = n4.handle(to[(1, 4)], 1001)[0]
+    r21 = n2.handle(to[(1, 2)], 1001)[0]
+    r12 = n1.handle(to[(2, 1)], 1001)[0]
+    assert [r["data"]["VoteGranted"] for r in (r31, r32, r42, r41, r21, r12)] == [True, False, True, False, False,
+                                                                                   False]
+    for r in (r31, r41, r21):
+        n1.handle(r, 1002)
+    for r in (r32, r42, r12):
+        n2.handle(r, 1002)
+    assert n1.state == n2.state == CANDIDATE  # 2 votes of 4 each: nobody wins epoch 1
+    # election timeout at 1000 + 1000, backoff max 0: a new candidacy in epoch 2 at once
+    assert n1.tick(1999) == [] and n1.epoch == 1
+    out = n1.tick(2000)
+    assert (n1.state, n1.epoch) == (CANDIDATE, 2)
+    assert sorted(m["destination"] for m in out if m["type"] == "VoteRequest") == [2, 3, 4]
+
+
+def test_candidate_learns_the_winner_from_a_vote_response():
+    c = node()
+    c.tick(1000)
+    c.handle(message("VoteResponse", 2, 1, ErrorCode=0, VoteGranted=False, LeaderId=3, LeaderEpoch=1), 1001)
+    assert (c.state, c.epoch, c.leader_id) == (FOLLOWER, 1, 3)
+
+
+def test_single_voter_elects_itself_and_commits_alone():
+    n = node(voters=(1,))
+    n.tick(1000)
+    assert (n.state, n.epoch, n.high_watermark) == (LEADER, 1, 1)
+    assert n.append("x", 1001) == 1 and n.high_watermark == 2
+
+
+# ---------------------------------------------------------------------------------- fetch validation
+def test_fetch_validation_order():
+    leader = elected(epochs=(1, 1), epoch=2)  # leader of epoch 3
+    # a wrong cluster id wins over a stale epoch
+    r = only(leader.handle(fetch(2, 1, epoch=1, offset=0, last_epoch=0, cluster="other"), 1010), "FetchResponse")
+    assert r["ErrorCode"] == CLUSTER
+    r = only(leader.handle(fetch(2, 1, epoch=2, offset=0, last_epoch=0), 1010), "FetchResponse")
+    assert (r["ErrorCode"], r["CurrentLeader"]) == (FENCED, {"LeaderId": 1, "LeaderEpoch": 3})
+    assert only(leader.handle(fetch(2, 1, epoch=4, offset=0, last_epoch=0), 1010), "FetchResponse")["ErrorCode"] \
+        == UNKNOWN_EPOCH
+    assert only(leader.handle(fetch(2, 1, epoch=3, offset=0, last_epoch=4), 1010), "FetchResponse")["ErrorCode"] \
+        == INVALID
+    f = node(node_id=2)
+    f.handle(begin(1, 2, epoch=3), 5)
+    assert only(f.handle(fetch(3, 2, epoch=3, offset=0, last_epoch=0), 6), "FetchResponse")["ErrorCode"] == NOT_LEADER
+
+
+def test_diverging_epoch_cases_of_the_leader_log():
+    leader_log = log_of(1, 1, 2, 2, 3)  # epoch 1: [0,2), epoch 2: [2,4), epoch 3: [4,5)
+    assert leader_log.validate_offset_and_epoch(0, 0) == (True, 0, 0)
+    assert leader_log.validate_offset_and_epoch(3, 2) == (True, 2, 3)
+    assert leader_log.validate_offset_and_epoch(6, 1) == (False, 1, 2)  # epoch 1 ended at 2
+    assert leader_log.validate_offset_and_epoch(7, 2) == (False, 2, 4)  # epoch 2 ended at 4
+    other = log_of(1, 1, 3, 3, 4)  # no epoch 2 here: the largest epoch below it is 1, ending at 2
+    assert other.validate_offset_and_epoch(5, 2) == (False, 1, 2)
+    follower = log_of(1, 1, 2, 2, 2)
+    assert follower.truncate_to_end_offset(1, 2) == 2 and follower.end_offset == 2
+    follower = log_of(1, 1, 2, 2, 2, 2, 2)
+    assert follower.truncate_to_end_offset(2, 4) == 4 and follower.end_offset == 4
+    follower = log_of(1, 2, 2)  # the leader's epoch 3 is unknown here: our epoch <= 3 is 2, ending at 3
+    assert follower.truncate_to_end_offset(3, 9) == 3
+
+
+def test_divergence_and_truncation_round_trip():
+    leader = elected(epochs=(1, 1, 2, 2), epoch=2)  # leader of epoch 3; LeaderChangeMessage at offset 4
+    f = node(node_id=2, epochs=(1, 1, 1, 1, 1, 1), epoch=2)  # uncommitted epoch-1 entries at 2..5
+    out = f.handle(begin(1, 2, epoch=3), 1001)
+    req = only(out, "FetchRequest")
+    assert (req["FetchOffset"], req["LastFetchedEpoch"]) == (6, 1)
+    resp = only(leader.handle([m for m in out if m["type"] == "FetchRequest"][0], 1002), "FetchResponse")
+    assert resp["ErrorCode"] == NONE and resp["DivergingEpoch"] == {"Epoch": 1, "EndOffset": 2}
+    assert resp["Records"] == []
+    out = f.handle({"type": "FetchResponse", "source": 1, "destination": 2, "data": resp}, 1003)
+    assert [e.epoch for e in f.log.entries] == [1, 1]
+    assert [e["event"] for e in f.events if e["event"] == "truncation"] == ["truncation"]
+    req = only(out, "FetchRequest")
+    assert (req["FetchOffset"], req["LastFetchedEpoch"]) == (2, 1)
+    fetch_msg = [m for m in out if m["type"] == "FetchRequest"][0]
+    resp = only(leader.handle(fetch_msg, 1004), "FetchResponse")
+    assert resp["DivergingEpoch"]["Epoch"] == -1
+    assert [(r["Offset"], r["Epoch"]) for r in resp["Records"]] == [(2, 2), (3, 2), (4, 3)]
+    f.handle({"type": "FetchResponse", "source": 1, "destination": 2, "data": resp}, 1005)
+    assert [e.epoch for e in f.log.entries] == [1, 1, 2, 2, 3]
+    assert f.log.entries == leader.log.entries
+
+
+# ------------------------------------------------------------------------------------ high watermark
+def test_high_watermark_needs_an_entry_of_the_leader_epoch_on_a_majority():
+    leader = elected(epochs=(1, 1, 1), epoch=1)  # epoch 2, epoch start offset 3, LeaderChange at 3
+    assert leader.high_watermark == 0
+    # follower 2 has the old epoch's entries 0..2 only: a majority holds offset 3, but all of epoch 1
+    r = only(leader.handle(fetch(2, 1, epoch=2, offset=3, last_epoch=1), 1010), "FetchResponse")
+    assert leader.high_watermark == 0 and r["HighWatermark"] == -1
+    # now follower 2 has the LeaderChangeMessage too: offset 4 is on 2 of 3 voters
+    r = only(leader.handle(fetch(2, 1, epoch=2, offset=4, last_epoch=2), 1020), "FetchResponse")
+    assert leader.high_watermark == 4 and r["HighWatermark"] == 4
+    leader.append("a", 1030)
+    leader.append("b", 1030)  # end offset 6
+    assert leader.high_watermark == 4  # only the leader has 4 and 5
+    leader.handle(fetch(3, 1, epoch=2, offset=6, last_epoch=2), 1040)
+    assert leader.high_watermark == 6  # voters at 6, 4, 6
+    # a voter's fetch offset going backwards never moves the high watermark back
+    leader.handle(fetch(3, 1, epoch=2, offset=5, last_epoch=2), 1050)
+    assert leader.high_watermark == 6
+
+
+def test_high_watermark_is_a_majority_of_voters_not_of_who_fetched():
+    leader = elected(voters=(1, 2, 3, 4, 5))  # epoch 1, LeaderChange at offset 0
+    leader.append("a", 1001)  # end 2
+    leader.handle(fetch(2, 1, epoch=1, offset=2, last_epoch=1), 1002)
+    assert leader.high_watermark == 0  # leader and 2 of 5 voters
+    leader.handle(fetch(9, 1, epoch=1, offset=2, last_epoch=1), 1003)  # an observer does not count
+    assert leader.high_watermark == 0
+    leader.handle(fetch(4, 1, epoch=1, offset=1, last_epoch=1), 1004)
+    assert leader.high_watermark == 1  # voter ends 2, 2, 1, -, - : the third largest is 1
+    leader.handle(fetch(5, 1, epoch=1, offset=2, last_epoch=1), 1005)
+    assert leader.high_watermark == 2
+
+
+def test_follower_takes_the_leader_high_watermark_capped_by_its_log():
+    f = node(node_id=2)
+    f.handle(begin(1, 2, epoch=1), 10)
+    data = {"ErrorCode": 0, "HighWatermark": 5, "DivergingEpoch": {"Epoch": -1, "EndOffset": -1},
+            "CurrentLeader": {"LeaderId": 1, "LeaderEpoch": 1},
+            "Records": [{"Offset": 0, "Epoch": 1, "Value": "lc"}, {"Offset": 1, "Epoch": 1, "Value": "a"}]}
+    f.handle({"type": "FetchResponse", "source": 1, "destination": 2, "data": data}, 20)
+    assert (f.log.end_offset, f.high_watermark) == (2, 2)
+    f.handle({"type": "FetchResponse", "source": 1, "destination": 2, "data": {**data, "HighWatermark": 1,
+                                                                                 "Records": []}}, 30)
+    assert f.high_watermark == 2  # monotonic
+
+
+# ------------------------------------------------------------------------------------- zombie leader
+def test_zombie_leader_resigns_after_fetch_timeout_without_a_majority():
+    leader = elected(voters=(1, 2, 3, 4, 5))  # elected at 1000, controller.quorum.fetch.timeout.ms = 2000
+    leader.handle(fetch(2, 1, epoch=1, offset=1, last_epoch=1), 1400)
+    leader.handle(fetch(3, 1, epoch=1, offset=1, last_epoch=1), 1500)  # 3 of 5 with the leader: reset to 3500
+    leader.handle(fetch(4, 1, epoch=1, offset=1, last_epoch=1), 3000)  # 2 of 5 since: no reset
+    leader.tick(3499)
+    assert leader.state == LEADER
+    leader.tick(3500)
+    assert leader.state == RESIGNED and leader.epoch == 1
+    assert "zombie_leader_detected" in [e["event"] for e in leader.events]
+    # a resigned node starts an election after its election timeout (1000, no jitter)
+    leader.tick(4499)
+    assert leader.state == RESIGNED
+    out = leader.tick(4500)
+    assert (leader.state, leader.epoch) == (CANDIDATE, 2)
+    assert len([m for m in out if m["type"] == "VoteRequest"]) == 4
+
+
+def test_leader_with_one_follower_of_three_is_not_a_zombie():
+    leader = elected()  # 3 voters: the leader and one follower are a majority
+    for t in range(1500, 10000, 1500):
+        leader.handle(fetch(2, 1, epoch=1, offset=1, last_epoch=1), t)
+        leader.tick(t)
+    assert leader.state == LEADER
+    leader.tick(9000 + 2000)
+    assert leader.state == RESIGNED
+
+
+def test_zombie_leader_steps_down_when_fenced_by_a_higher_epoch():
+    zombie = elected()  # leader of epoch 1, cut off
+    out = zombie.tick(1020)  # keeps announcing itself
+    req = [m for m in out if m["type"] == "BeginQuorumEpochRequest" and m["destination"] == 2][0]
+    peer = node(node_id=2, epoch=4)
+    peer.handle(begin(3, 2, epoch=5), 10)  # 2 follows 3 in epoch 5
+    resp = peer.handle(req, 1021)
+    assert only(resp, "BeginQuorumEpochResponse")["ErrorCode"] == FENCED
+    zombie.handle(resp[0], 1022)
+    assert (zombie.state, zombie.epoch, zombie.leader_id) == (FOLLOWER, 5, 3)
+    assert "leader_step_down" in [e["event"] for e in zombie.events]
+    with __import__("pytest").raises(ValueError):
+        zombie.append("late", 1023)
+
+
+def test_fetch_with_a_higher_epoch_does_not_make_the_leader_step_down():
+    leader = elected()
+    assert only(leader.handle(fetch(2, 1, epoch=7, offset=0, last_epoch=0), 1001), "FetchResponse")["ErrorCode"] \
+        == UNKNOWN_EPOCH
+    assert (leader.state, leader.epoch) == (LEADER, 1)
+    leader.handle(vote(2, 1, epoch=2, last_epoch=1, last_offset=1), 1002)  # a higher epoch vote does
+    assert (leader.state, leader.epoch, leader.voted_for) == (VOTED, 2, 2)
+
+
+def test_follower_fetch_timeout_starts_an_election():
+    f = node(node_id=2)
+    f.handle(begin(1, 2, epoch=1), 100)
+    f.tick(2099)
+    assert f.state == FOLLOWER
+    out = f.tick(2100)
+    assert (f.state, f.epoch) == (CANDIDATE, 2)
+    assert sorted(m["destination"] for m in out if m["type"] == "VoteRequest") == [1, 3]
+
+
+# ------------------------------------------------------------------------------------ graceful resign
+def test_graceful_resign_with_preferred_successors():
+    leader = elected()  # epoch 1, LeaderChange at 0
+    leader.append("a", 1001)  # end 2
+    leader.handle(fetch(2, 1, epoch=1, offset=1, last_epoch=1), 1002)
+    leader.handle(fetch(3, 1, epoch=1, offset=2, last_epoch=1), 1003)  # 3 is the most caught up
+    out = leader.resign(1010)
+    assert leader.state == RESIGNED
+    ends = [m for m in out if m["type"] == "EndQuorumEpochRequest"]
+    assert sorted(m["destination"] for m in ends) == [2, 3]
+    assert all(m["data"]["PreferredSuccessors"] == [3, 2] and m["data"]["LeaderEpoch"] == 1 for m in ends)
+    n2, n3 = node(node_id=2), node(node_id=3)
+    for n in (n2, n3):
+        n.handle(begin(1, n.node_id, epoch=1), 1000)
+    # the first successor stands at once, without waiting for its fetch timeout
+    out3 = n3.handle([m for m in ends if m["destination"] == 3][0], 1011)
+    assert only(out3, "EndQuorumEpochResponse")["ErrorCode"] == NONE
+    assert (n3.state, n3.epoch) == (CANDIDATE, 2)
+    # the second waits 100 ms (strict exponential backoff, position 1)
+    n2.handle([m for m in ends if m["destination"] == 2][0], 1011)
+    assert n2.tick(1110) == [] and n2.state == FOLLOWER
+    n2.tick(1111)
+    assert (n2.state, n2.epoch) == (CANDIDATE, 2)
+    # the resigned leader votes in the next epoch, not in its own
+    assert only(leader.handle(vote(3, 1, epoch=1), 1012), "VoteResponse")["ErrorCode"] == NONE
+    assert leader.state == RESIGNED
+    r = only(leader.handle(vote(3, 1, epoch=2, last_epoch=1, last_offset=2), 1012), "VoteResponse")
+    assert r["VoteGranted"] is True and (leader.state, leader.voted_for) == (VOTED, 3)
+
+
+def test_restart_of_a_leader_comes_back_resigned():
+    leader = elected()
+    again = RaftNode.restore(1, (1, 2, 3), CFG, leader.log, leader.durable_state(), 5000)
+    assert (again.state, again.epoch) == (RESIGNED, 1)
+    assert again.tick(6000) and (again.state, again.epoch) == (CANDIDATE, 2)
