@@ -198,6 +198,11 @@ def test_fetch_validation_order():
         == UNKNOWN_EPOCH
     assert only(leader.handle(fetch(2, 1, epoch=3, offset=0, last_epoch=4), 1010), "FetchResponse")["ErrorCode"] \
         == INVALID
+    # a malformed fetch is INVALID_REQUEST before its epoch is looked at (handleFetchRequest)
+    assert only(leader.handle(fetch(2, 1, epoch=2, offset=0, last_epoch=3), 1010), "FetchResponse")["ErrorCode"] \
+        == INVALID
+    assert only(leader.handle(fetch(2, 1, epoch=2, offset=-1, last_epoch=0), 1010), "FetchResponse")["ErrorCode"] \
+        == INVALID
     f = node(node_id=2)
     f.handle(begin(1, 2, epoch=3), 5)
     assert only(f.handle(fetch(3, 2, epoch=3, offset=0, last_epoch=0), 6), "FetchResponse")["ErrorCode"] == NOT_LEADER
@@ -290,19 +295,20 @@ def test_follower_takes_the_leader_high_watermark_capped_by_its_log():
 
 # ------------------------------------------------------------------------------------- zombie leader
 def test_zombie_leader_resigns_after_fetch_timeout_without_a_majority():
-    leader = elected(voters=(1, 2, 3, 4, 5))  # elected at 1000, controller.quorum.fetch.timeout.ms = 2000
+    # fetch timeout 2000 x LeaderState.CHECK_QUORUM_TIMEOUT_FACTOR 1.5 = 3000
+    leader = elected(voters=(1, 2, 3, 4, 5))  # elected at 1000: check quorum due at 4000
     leader.handle(fetch(2, 1, epoch=1, offset=1, last_epoch=1), 1400)
-    leader.handle(fetch(3, 1, epoch=1, offset=1, last_epoch=1), 1500)  # 3 of 5 with the leader: reset to 3500
+    leader.handle(fetch(3, 1, epoch=1, offset=1, last_epoch=1), 1500)  # 3 of 5 with the leader: due at 4500
     leader.handle(fetch(4, 1, epoch=1, offset=1, last_epoch=1), 3000)  # 2 of 5 since: no reset
-    leader.tick(3499)
+    leader.tick(4499)
     assert leader.state == LEADER
-    leader.tick(3500)
+    leader.tick(4500)
     assert leader.state == RESIGNED and leader.epoch == 1
     assert "zombie_leader_detected" in [e["event"] for e in leader.events]
     # a resigned node starts an election after its election timeout (1000, no jitter)
-    leader.tick(4499)
+    leader.tick(5499)
     assert leader.state == RESIGNED
-    out = leader.tick(4500)
+    out = leader.tick(5500)
     assert (leader.state, leader.epoch) == (CANDIDATE, 2)
     assert len([m for m in out if m["type"] == "VoteRequest"]) == 4
 
@@ -313,7 +319,18 @@ def test_leader_with_one_follower_of_three_is_not_a_zombie():
         leader.handle(fetch(2, 1, epoch=1, offset=1, last_epoch=1), t)
         leader.tick(t)
     assert leader.state == LEADER
-    leader.tick(9000 + 2000)
+    leader.tick(9000 + 2999)
+    assert leader.state == LEADER
+    leader.tick(9000 + 3000)
+    assert leader.state == RESIGNED
+
+
+def test_diverging_fetches_do_not_count_for_check_quorum():
+    leader = elected(epochs=(1, 1), epoch=1)  # epoch 2, LeaderChange at offset 2
+    for t in (2000, 3000, 3999):
+        r = only(leader.handle(fetch(2, 1, epoch=2, offset=5, last_epoch=1), t), "FetchResponse")
+        assert r["DivergingEpoch"] == {"Epoch": 1, "EndOffset": 2}
+    leader.tick(4000)  # due 1000 + 3000: no valid fetch from anyone
     assert leader.state == RESIGNED
 
 
@@ -369,10 +386,10 @@ def test_graceful_resign_with_preferred_successors():
     out3 = n3.handle([m for m in ends if m["destination"] == 3][0], 1011)
     assert only(out3, "EndQuorumEpochResponse")["ErrorCode"] == NONE
     assert (n3.state, n3.epoch) == (CANDIDATE, 2)
-    # the second waits 100 ms (strict exponential backoff, position 1)
+    # the second waits (backoff max 1000 >> (2 - 1)) << (1 - 1) = 500 ms (strictExponentialElectionBackoffMs)
     n2.handle([m for m in ends if m["destination"] == 2][0], 1011)
-    assert n2.tick(1110) == [] and n2.state == FOLLOWER
-    n2.tick(1111)
+    assert n2.tick(1510) == [] and n2.state == FOLLOWER
+    n2.tick(1511)
     assert (n2.state, n2.epoch) == (CANDIDATE, 2)
     # the resigned leader votes in the next epoch, not in its own
     assert only(leader.handle(vote(3, 1, epoch=1), 1012), "VoteResponse")["ErrorCode"] == NONE

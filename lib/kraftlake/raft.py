@@ -76,6 +76,7 @@ class RaftConfig:
     # the fetch (Kafka's long poll, MaxWaitMs), which a sans-IO node cannot do.
     fetch_interval_ms: int = 50
     fetch_max_records: int = 100
+    check_quorum_timeout_factor: float = 1.5
     cluster_id: str | None = None
     seed: int = 0
     # Test hook for the simulator's checker: break "one vote per epoch" on purpose.
@@ -297,16 +298,17 @@ class RaftNode:
 
     def _binary_exponential_backoff(self) -> int:
         # KafkaRaftClient.binaryExponentialElectionBackoffMs
-        return min(RETRY_BACKOFF_BASE_MS * self._rng.randrange(2 << (self._retries - 1)),
+        return min(RETRY_BACKOFF_BASE_MS * self._rng.randrange(2 << min(20, self._retries - 1)),
                    self.config.election_backoff_max_ms)
 
     def _strict_exponential_backoff(self, position: int, total: int) -> int:
-        # KafkaRaftClient.strictExponentialElectionBackoffMs: the first successor runs at once
-        if position == 0:
+        # KafkaRaftClient.endEpochElectionBackoff / strictExponentialElectionBackoffMs: the first
+        # successor (and, as in Kafka, a voter not in the list: indexOf -1) stands at once; the one at
+        # position p waits (backoff max >> (n - 1)) << (p - 1)
+        if position <= 0:
             return 0
-        if position >= total:
-            return self.config.election_backoff_max_ms
-        return min(self.config.election_backoff_max_ms, RETRY_BACKOFF_BASE_MS << (position - 1))
+        base = self.config.election_backoff_max_ms >> (total - 1)
+        return min(self.config.election_backoff_max_ms, base << (position - 1))
 
     def _poll(self, now: int, out: list[dict]) -> None:
         for _ in range(4):  # a transition may arm a timer that is already due (backoff 0)
@@ -419,7 +421,7 @@ class RaftNode:
             "GrantingVoters": [{"VoterId": v} for v in granting]}})
         self._progress = {v: ReplicaProgress() for v in self.voters}
         self._progress[self.node_id] = ReplicaProgress(self.log.end_offset, now, now, True)
-        self._deadline = now + self.config.fetch_timeout_ms if len(self.voters) > 1 else None
+        self._deadline = now + self._check_quorum_timeout() if len(self.voters) > 1 else None
         self._next_begin_ms = now
         self._event(now, "leader_elected", granting_voters=granting, epoch_start_offset=self._epoch_start_offset)
         self._maybe_update_high_watermark(now)
@@ -488,8 +490,8 @@ class RaftNode:
         return epoch < self.epoch  # stale: ignore
 
     def _leader_fields(self) -> dict:
-        return {"LeaderId": self.leader_id if self.state in (LEADER, FOLLOWER) else NO_LEADER,
-                "LeaderEpoch": self.epoch}
+        # quorum.leaderIdOrSentinel(): a resigned leader still names itself for its epoch
+        return {"LeaderId": self.leader_id, "LeaderEpoch": self.epoch}
 
     # -------------------------------------------------------------------------------- Vote
     def _on_VoteRequest(self, src: int, d: Mapping, now: int, out: list[dict]) -> None:
@@ -574,7 +576,7 @@ class RaftNode:
         self._maybe_transition(leader, epoch, now)
         if self.state == FOLLOWER and self.leader_id == leader and self.epoch == epoch:
             successors = list(d.get("PreferredSuccessors") or [])
-            position = successors.index(self.node_id) if self.node_id in successors else len(successors)
+            position = successors.index(self.node_id) if self.node_id in successors else -1
             backoff = self._strict_exponential_backoff(position, len(successors))
             self._event(now, "end_quorum_epoch", leader_id=leader, election_backoff_ms=backoff)
             self._deadline = now + backoff  # overrideFetchTimeout: stand for election sooner
@@ -591,16 +593,16 @@ class RaftNode:
             body.update(extra)
             out.append({"type": "FetchResponse", "source": self.node_id, "destination": src, "data": body})
 
-        # KIP-595 order: cluster id, leader epoch, then the offset/epoch against our log.
+        # KafkaRaftClient.handleFetchRequest's order: cluster id, a malformed request, the leader epoch
+        # (tryCompleteFetchRequest), then the offset/epoch against our log (validateOffsetAndEpoch).
         if not self._valid_cluster_id(d.get("ClusterId")):
             return reply(INCONSISTENT_CLUSTER_ID)
-        err = self._validate_leader_only(d["CurrentLeaderEpoch"])
-        if err != NONE:
-            return reply(err)
         replica, fetch_offset, last_epoch = d["ReplicaId"], d["FetchOffset"], d["LastFetchedEpoch"]
         if fetch_offset < 0 or last_epoch < 0 or last_epoch > d["CurrentLeaderEpoch"] or replica == self.node_id:
             return reply(INVALID_REQUEST)
-        self._note_fetch(replica, now)
+        err = self._validate_leader_only(d["CurrentLeaderEpoch"])
+        if err != NONE:
+            return reply(err)
         valid, div_epoch, div_offset = self.log.validate_offset_and_epoch(fetch_offset, last_epoch)
         hw = self.high_watermark if self._hw_known() else -1
         if not valid:
@@ -608,6 +610,7 @@ class RaftNode:
                         diverging_end_offset=div_offset)
             return reply(NONE, HighWatermark=hw, DivergingEpoch={"Epoch": div_epoch, "EndOffset": div_offset})
         if replica >= 0:
+            self._note_fetch(replica, now)
             p = self._progress.setdefault(replica, ReplicaProgress())
             if fetch_offset >= self.log.end_offset:
                 p.last_caught_up_ms = max(p.last_caught_up_ms, now)
@@ -626,8 +629,13 @@ class RaftNode:
             return
         self._check_quorum_fetchers.add(replica)
         if len(self._check_quorum_fetchers) + 1 >= self.majority:
-            self._deadline = now + self.config.fetch_timeout_ms
+            self._deadline = now + self._check_quorum_timeout()
             self._check_quorum_fetchers = set()
+
+    def _check_quorum_timeout(self) -> int:
+        # LeaderState.checkQuorumTimer: CHECK_QUORUM_TIMEOUT_FACTOR (1.5) x the fetch timeout, so that
+        # the followers' fetch timeouts fire before the leader gives up
+        return int(self.config.fetch_timeout_ms * self.config.check_quorum_timeout_factor)
 
     def _hw_known(self) -> bool:
         return self.state != LEADER or self.high_watermark > self._epoch_start_offset
