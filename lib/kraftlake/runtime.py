@@ -14,12 +14,38 @@ def open_warehouse(config: Config, app_name: str, with_spark: bool = True) -> Wa
     return Warehouse(config.get_path("kraftlake.warehouse"), engine=engine, spark=spark)
 
 
-# In the spirit of `kafka-topics.sh --describe`: one line per partition, topics by name.
+# In the spirit of `kafka-topics.sh --describe`: one line per partition, topics by name. The target of a
+# reassignment is the replicas without the removing ones (KIP-455), in their order.
 DESCRIBE = """
-SELECT topic, topic_id, partition, leader, replicas, isr, adding_replicas, removing_replicas, elr,
-       leader_epoch, partition_epoch,
+SELECT topic, topic_id, partition, leader, replicas, isr, adding_replicas, removing_replicas,
+       CASE WHEN size(adding_replicas) + size(removing_replicas) > 0
+            THEN array_except(replicas, removing_replicas) END AS target_replicas,
+       elr, leader_epoch, partition_epoch,
        CASE leader_recovery_state WHEN 1 THEN 'RECOVERING' ELSE 'RECOVERED' END AS leader_recovery_state
 FROM partitions ORDER BY topic, partition
+"""
+
+# Partitions under reassignment, with when it started: the last change that took the partition from
+# no adding/removing replicas to some. Age is measured against the newest event of the log.
+REASSIGNMENTS = """
+WITH changes AS (
+  SELECT topic_id, partition, offset, timestamp,
+         size(coalesce(adding_replicas, array())) + size(coalesce(removing_replicas, array())) AS moving,
+         lag(size(coalesce(adding_replicas, array())) + size(coalesce(removing_replicas, array())), 1, 0)
+           OVER (PARTITION BY topic_id, partition ORDER BY offset) AS was_moving
+  FROM partition_history),
+starts AS (
+  SELECT topic_id, partition, max_by(offset, offset) AS started_offset, max_by(timestamp, offset) AS started_at
+  FROM changes WHERE moving > 0 AND was_moving = 0 GROUP BY topic_id, partition),
+log_end AS (SELECT max(timestamp) AS now FROM metadata_log)
+SELECT p.topic, p.partition, p.replicas AS current_replicas,
+       array_except(p.replicas, p.removing_replicas) AS target_replicas,
+       p.adding_replicas, p.removing_replicas, p.isr, p.leader, s.started_offset, s.started_at,
+       CAST(unix_millis(log_end.now) - unix_millis(s.started_at) AS BIGINT) AS age_ms
+FROM partitions p CROSS JOIN log_end
+LEFT JOIN starts s ON s.topic_id = p.topic_id AND s.partition = p.partition
+WHERE size(p.adding_replicas) + size(p.removing_replicas) > 0
+ORDER BY p.topic, p.partition
 """
 
 
@@ -29,11 +55,15 @@ def kafka_configs(config: Config) -> dict[str, str]:
 
 
 def register_views(warehouse: Warehouse) -> list[str]:
-    """Every table of the warehouse as a temporary view named after it, plus ``describe``."""
+    """Every table of the warehouse as a temporary view named after it, plus ``describe`` and
+    ``reassignments``."""
     names = warehouse.names()
     for name in names:
         warehouse.read_df(name).createOrReplaceTempView(name)
     if "partitions" in names:
         warehouse.spark.sql(DESCRIBE).createOrReplaceTempView("describe")
         names.append("describe")
+        if "partition_history" in names:
+            warehouse.spark.sql(REASSIGNMENTS).createOrReplaceTempView("reassignments")
+            names.append("reassignments")
     return names
