@@ -443,3 +443,44 @@ def test_checker_catches_two_votes_per_epoch():
     caught = [r for r in (simulate(seed, _sim_config(3, broken=True)) for seed in range(40)) if not r.ok]
     assert caught
     assert "election_safety" in {v.rule for r in caught for v in r.violations}
+
+
+# ---------------------------------------------------------------------------- observers, DescribeQuorum
+def test_observer_finds_the_leader_through_any_voter_and_never_stands():
+    obs = RaftNode(9, (1, 2, 3), CFG)  # 9 is an observer
+    out = obs.tick(0)
+    req = only(out, "FetchRequest")
+    assert req["ReplicaId"] == 9 and req["CurrentLeaderEpoch"] == 0
+    f = node(node_id=2)
+    f.handle(begin(1, 2, epoch=4), 10)  # voter 2 follows 1 in epoch 4
+    asked = {**[m for m in out if m["type"] == "FetchRequest"][0], "destination": 2}
+    resp = f.handle(asked, 11)
+    r = only(resp, "FetchResponse")
+    assert (r["ErrorCode"], r["CurrentLeader"]) == (FENCED, {"LeaderId": 1, "LeaderEpoch": 4})
+    out = obs.handle(resp[0], 12)
+    assert (obs.state, obs.epoch, obs.leader_id) == (FOLLOWER, 4, 1)
+    assert only(out, "FetchRequest")["CurrentLeaderEpoch"] == 4
+    # without a leader for the fetch timeout an observer goes back to unattached, never to candidate
+    obs.tick(12 + 2000)
+    assert obs.state == UNATTACHED and obs.epoch == 4
+    obs.tick(100_000)
+    assert obs.state == UNATTACHED
+    assert only(obs.handle(vote(2, 9, epoch=5), 100_001), "VoteResponse")["ErrorCode"] == VOTER_SET
+
+
+def test_describe_quorum_on_the_leader():
+    leader = elected()  # epoch 1 at 1000, LeaderChange at offset 0
+    leader.append("a", 1001)  # end 2
+    leader.handle(fetch(2, 1, epoch=1, offset=2, last_epoch=1), 1100)
+    leader.handle(fetch(9, 1, epoch=1, offset=1, last_epoch=1), 1200)  # observer 9
+    r = only(leader.handle(message("DescribeQuorumRequest", 99, 1), 1300), "DescribeQuorumResponse")
+    assert (r["ErrorCode"], r["LeaderId"], r["LeaderEpoch"], r["HighWatermark"]) == (NONE, 1, 1, 2)
+    assert r["CurrentVoters"] == [
+        {"ReplicaId": 1, "LogEndOffset": 2, "LastFetchTimestamp": 1300, "LastCaughtUpTimestamp": 1300},
+        {"ReplicaId": 2, "LogEndOffset": 2, "LastFetchTimestamp": 1100, "LastCaughtUpTimestamp": 1100},
+        {"ReplicaId": 3, "LogEndOffset": -1, "LastFetchTimestamp": -1, "LastCaughtUpTimestamp": -1}]
+    assert r["Observers"] == [
+        {"ReplicaId": 9, "LogEndOffset": 1, "LastFetchTimestamp": 1200, "LastCaughtUpTimestamp": -1}]
+    f = node(node_id=2)
+    assert only(f.handle(message("DescribeQuorumRequest", 99, 2), 5), "DescribeQuorumResponse")["ErrorCode"] \
+        == NOT_LEADER

@@ -354,6 +354,14 @@ class RaftNode:
         elif s in (UNATTACHED, VOTED, RESIGNED):
             if self.is_voter and self._deadline is not None and now >= self._deadline:
                 self._become_candidate(now, out)
+            elif not self.is_voter and self._next_fetch_ms is not None and now >= self._next_fetch_ms and self.voters:
+                # an observer finds the leader by fetching from any voter (Kafka: the bootstrap servers);
+                # the error response's CurrentLeader names the leader
+                target = self.voters[self._rng.randrange(len(self.voters))]
+                out.append(message("FetchRequest", self.node_id, target, ClusterId=self.config.cluster_id,
+                                   ReplicaId=self.node_id, CurrentLeaderEpoch=self.epoch,
+                                   FetchOffset=self.log.end_offset, LastFetchedEpoch=self.log.last_epoch))
+                self._next_fetch_ms = now + self.config.request_timeout_ms
 
     # ----------------------------------------------------------------------------- transitions
     def _event(self, now: int, kind: str, **detail: Any) -> None:
@@ -376,6 +384,8 @@ class RaftNode:
         self.epoch, self.state, self.leader_id = epoch, UNATTACHED, NO_LEADER
         self._retries = 0
         self._deadline = now + self._election_timeout()
+        if not self.is_voter:
+            self._next_fetch_ms = now
 
     def _become_voted(self, candidate: int, now: int) -> None:
         self._reset()
