@@ -406,11 +406,11 @@ def test_restart_of_a_leader_comes_back_resigned():
 
 
 # ------------------------------------------------------------------------------------------ simulator
-def _sim_config(voters: int, broken: bool = False):
+def _sim_config(voters: int, broken: bool = False, observers: int = 0):
     import dataclasses
 
     from kraftlake.quorum_sim import SimConfig
-    base = SimConfig(voters=voters, duration_ms=10_000)
+    base = SimConfig(voters=voters, observers=observers, duration_ms=10_000)
     return dataclasses.replace(base, raft=dataclasses.replace(base.raft, unsafe_grant_any_vote=broken))
 
 
@@ -419,8 +419,8 @@ def test_simulated_quorums_keep_raft_safety_over_hundreds_of_seeds():
 
     from kraftlake.quorum_sim import simulate
     seen: Counter = Counter()
-    for voters, seeds in ((3, range(200)), (5, range(200, 300))):
-        cfg = _sim_config(voters)
+    for voters, observers, seeds in ((3, 1, range(200)), (5, 0, range(200, 300))):
+        cfg = _sim_config(voters, observers=observers)
         for seed in seeds:
             r = simulate(seed, cfg)
             assert r.ok, (seed, r.violations[:3])

@@ -1,6 +1,6 @@
 """A deterministic, seeded simulation of a KRaft metadata quorum (KIP-595) in event time.
 
-N voters run ``kraftlake.raft.RaftNode`` over a network that loses, delays, duplicates and reorders
+N voters (and M observers) run ``kraftlake.raft.RaftNode`` over a network that loses, delays, duplicates and reorders
 messages, is partitioned and healed, and whose nodes crash and restart from their durable state (the
 ``quorum-state`` file and the log).  After every step the checker asserts Raft's safety properties:
 
@@ -27,6 +27,7 @@ from kraftlake.raft import LEADER, LogEntry, RaftConfig, RaftLog, RaftNode
 @dataclass(frozen=True)
 class SimConfig:
     voters: int = 3
+    observers: int = 0
     duration_ms: int = 20_000
     step_ms: int = 10
     loss: float = 0.05
@@ -69,9 +70,10 @@ class Simulation:
     def __init__(self, seed: int, config: SimConfig = SimConfig()) -> None:
         self.seed, self.cfg = seed, config
         self.rng = random.Random(seed)
-        self.ids = tuple(range(1, config.voters + 1))
+        self.voter_ids = tuple(range(1, config.voters + 1))
+        self.ids = tuple(range(1, config.voters + config.observers + 1))
         self.raft_cfg = dataclasses.replace(config.raft, seed=seed)
-        self.nodes: dict[int, RaftNode] = {i: RaftNode(i, self.ids, self.raft_cfg) for i in self.ids}
+        self.nodes: dict[int, RaftNode] = {i: RaftNode(i, self.voter_ids, self.raft_cfg) for i in self.ids}
         self.down: dict[int, int] = {}  # node -> restart time
         self.saved: dict[int, tuple[dict, list[LogEntry]]] = {}
         self.group: dict[int, int] = {i: 0 for i in self.ids}
@@ -116,7 +118,7 @@ class Simulation:
             if now >= back:
                 durable, entries = self.saved.pop(i)
                 del self.down[i]
-                self.nodes[i] = RaftNode.restore(i, self.ids, self.raft_cfg, RaftLog(entries), durable, now)
+                self.nodes[i] = RaftNode.restore(i, self.voter_ids, self.raft_cfg, RaftLog(entries), durable, now)
                 self.hw_seen[i] = self.nodes[i].high_watermark
                 self.seen_events[i] = 0
                 self.checked.pop(i, None)
