@@ -172,6 +172,18 @@ def test_split_vote_then_a_new_epoch_after_backoff():
     assert sorted(m["destination"] for m in out if m["type"] == "VoteRequest") == [2, 3, 4]
 
 
+def test_candidate_asks_again_the_voters_that_did_not_answer():
+    cfg = RaftConfig(cluster_id="kraft", election_timeout_ms=1000, election_jitter_max_ms=0, request_timeout_ms=300)
+    c = node(voters=(1, 2, 3, 4, 5), cfg=cfg)
+    c.tick(1000)  # candidate of epoch 1, election timeout at 2000
+    c.handle(granted(2, 1, 1), 1010)
+    c.handle(granted(3, 1, 1, yes=False), 1020)
+    assert c.tick(1299) == []
+    out = c.tick(1300)
+    assert sorted(m["destination"] for m in out if m["type"] == "VoteRequest") == [4, 5]
+    assert all(m["data"]["CandidateEpoch"] == 1 for m in out)
+
+
 def test_candidate_learns_the_winner_from_a_vote_response():
     c = node()
     c.tick(1000)

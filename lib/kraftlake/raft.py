@@ -336,8 +336,12 @@ class RaftNode:
                     self._become_candidate(now, out)
             elif self._deadline is not None and now >= self._deadline:
                 self._backoff_until = now + self._binary_exponential_backoff()
-                self._deadline = None
+                self._deadline = self._next_fetch_ms = None
                 self._event(now, "election_timeout")
+            elif self._next_fetch_ms is not None and now >= self._next_fetch_ms:
+                # no answer within the request timeout: ask again (Kafka resends to unrecorded voters)
+                self._send_vote_requests(out, [v for v in self.voters if v not in self._granted | self._rejected])
+                self._next_fetch_ms = now + self.config.request_timeout_ms
         elif s == FOLLOWER:
             if self._deadline is not None and now >= self._deadline:
                 if self.is_voter:
@@ -414,11 +418,14 @@ class RaftNode:
         if len(self._granted) >= self.majority:
             self._become_leader(now, out)
             return
-        for v in self.voters:
-            if v != self.node_id:
-                out.append(message("VoteRequest", self.node_id, v, ClusterId=self.config.cluster_id, VoterId=v,
-                                   CandidateEpoch=self.epoch, CandidateId=self.node_id,
-                                   LastOffsetEpoch=self.log.last_epoch, LastOffset=self.log.end_offset))
+        self._send_vote_requests(out, [v for v in self.voters if v != self.node_id])
+        self._next_fetch_ms = now + self.config.request_timeout_ms  # the candidate's resend timer
+
+    def _send_vote_requests(self, out: list[dict], voters: list[int]) -> None:
+        for v in voters:
+            out.append(message("VoteRequest", self.node_id, v, ClusterId=self.config.cluster_id, VoterId=v,
+                               CandidateEpoch=self.epoch, CandidateId=self.node_id,
+                               LastOffsetEpoch=self.log.last_epoch, LastOffset=self.log.end_offset))
 
     def _become_leader(self, now: int, out: list[dict]) -> None:
         granting = sorted(self._granted)
@@ -548,7 +555,7 @@ class RaftNode:
             if len(self._rejected) >= self.majority and self._backoff_until is None:
                 # rejected by a majority: back off before the next epoch
                 self._backoff_until = now + self._binary_exponential_backoff()
-                self._deadline = None
+                self._deadline = self._next_fetch_ms = None
 
     # ---------------------------------------------------------------------- BeginQuorumEpoch
     def _on_BeginQuorumEpochRequest(self, src: int, d: Mapping, now: int, out: list[dict]) -> None:
