@@ -259,6 +259,29 @@ def test_divergence_and_truncation_round_trip():
     assert f.log.entries == leader.log.entries
 
 
+def test_a_stale_diverging_response_does_not_truncate_a_caught_up_follower():
+    cfg = RaftConfig(cluster_id="kraft", election_timeout_ms=1000, election_jitter_max_ms=0, request_timeout_ms=500)
+    leader = elected(epochs=(1, 1), epoch=1, cfg=cfg)  # epoch 2: log epochs [1, 1, 2]
+    f = node(node_id=2, epochs=(1, 1, 1, 1), epoch=1, cfg=cfg)
+
+    def fetch_of(out):
+        return [m for m in out if m["type"] == "FetchRequest"][0]
+
+    fetch1 = fetch_of(f.handle(begin(1, 2, epoch=2), 1001))
+    fetch2 = fetch_of(f.tick(1501))  # fetch1 timed out (request timeout 500): asked again
+    assert (fetch1["data"]["FetchOffset"], fetch2["data"]["FetchOffset"]) == (4, 4)
+    assert fetch1["correlation_id"] != fetch2["correlation_id"]
+    resp1 = leader.handle(fetch1, 1502)[0]
+    resp2 = leader.handle(fetch2, 1503)[0]
+    assert resp1["data"]["DivergingEpoch"] == resp2["data"]["DivergingEpoch"] == {"Epoch": 1, "EndOffset": 2}
+    fetch3 = fetch_of(f.handle(resp2, 1504))  # truncated to 2
+    fetch4 = fetch_of(f.handle(leader.handle(fetch3, 1505)[0], 1506))  # got offset 2 (epoch 2)
+    f.handle(leader.handle(fetch4, 1507)[0], 1508)  # leader and 2 hold offset 2 of epoch 2: hw 3
+    assert ([e.epoch for e in f.log.entries], f.high_watermark) == ([1, 1, 2], 3)
+    f.handle(resp1, 1509)  # the answer to the abandoned fetch arrives last: ignored
+    assert ([e.epoch for e in f.log.entries], f.high_watermark) == ([1, 1, 2], 3)
+
+
 # ------------------------------------------------------------------------------------ high watermark
 def test_high_watermark_needs_an_entry_of_the_leader_epoch_on_a_majority():
     leader = elected(epochs=(1, 1, 1), epoch=1)  # epoch 2, epoch start offset 3, LeaderChange at 3

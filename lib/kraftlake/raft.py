@@ -204,6 +204,9 @@ class RaftNode:
         self._next_fetch_ms: int | None = None
         self._preferred_successors: tuple[int, ...] = ()
         self._started = False
+        self._cid = 0  # the last CorrelationId used
+        self._fetch_cid: int | None = None  # the fetch in flight
+        self._incoming_cid: int | None = None
 
     # ------------------------------------------------------------------ construction / durable state
     @classmethod
@@ -259,7 +262,7 @@ class RaftNode:
             self._started = True
             self._become_unattached(self.epoch, now_ms)
         self._poll(now_ms, out)
-        return out
+        return self._finish(out, None)
 
     def handle(self, msg: Mapping[str, Any], now_ms: int) -> list[dict]:
         if not self._started:
@@ -269,8 +272,23 @@ class RaftNode:
         handler = getattr(self, "_on_" + msg["type"], None)
         if handler is None:
             raise ValueError(f"not a quorum RPC: {msg['type']}")
+        self._incoming_cid = msg.get("correlation_id")
         handler(msg["source"], msg["data"], now_ms, out)
         self._poll(now_ms, out)
+        return self._finish(out, self._incoming_cid)
+
+    def _finish(self, out: list[dict], request_cid: int | None) -> list[dict]:
+        """Request headers: a fresh CorrelationId on every request we send, and the request's on our
+        replies, so that a response can be matched to the one request still in flight (Kafka drops the
+        others, e.g. the answer to a fetch that timed out and was sent again)."""
+        for m in out:
+            if m["type"].endswith("Request"):
+                self._cid += 1
+                m["correlation_id"] = self._cid
+                if m["type"] == "FetchRequest":
+                    self._fetch_cid = self._cid
+            elif request_cid is not None:
+                m["correlation_id"] = request_cid
         return out
 
     def append(self, value: Any, now_ms: int) -> int:
@@ -374,6 +392,7 @@ class RaftNode:
 
     def _reset(self) -> None:
         self._deadline = self._backoff_until = self._next_fetch_ms = None
+        self._fetch_cid = None
         self._granted, self._rejected = set(), set()
         self._progress = {}
         self._check_quorum_fetchers = set()
@@ -658,6 +677,9 @@ class RaftNode:
         return self.state != LEADER or self.high_watermark > self._epoch_start_offset
 
     def _on_FetchResponse(self, src: int, d: Mapping, now: int, out: list[dict]) -> None:
+        if self._incoming_cid is not None and self._incoming_cid != self._fetch_cid:
+            return  # not the fetch in flight: a duplicate, or the answer to a fetch we gave up on
+        self._fetch_cid = None
         cur = d["CurrentLeader"]
         if self._handle_common_response(cur["LeaderId"], cur["LeaderEpoch"], now):
             return
