@@ -440,6 +440,14 @@ def test_restart_of_a_leader_comes_back_resigned():
     assert again.tick(6000) and (again.state, again.epoch) == (CANDIDATE, 2)
 
 
+def test_restart_keeps_the_vote_of_the_epoch():
+    n = node()
+    n.handle(vote(2, 1, epoch=3), 10)
+    again = RaftNode.restore(1, (1, 2, 3), CFG, n.log, n.durable_state(), 20)
+    assert (again.state, again.epoch, again.voted_for) == (VOTED, 3, 2)
+    assert only(again.handle(vote(3, 1, epoch=3), 30), "VoteResponse")["VoteGranted"] is False
+
+
 # ------------------------------------------------------------------------------------------ simulator
 def _sim_config(voters: int, broken: bool = False, observers: int = 0):
     import dataclasses

@@ -219,6 +219,7 @@ class RaftNode:
         node._started = True
         leader = durable.get("leader_id", NO_LEADER)
         voted = durable.get("voted_for")
+        node.voted_for = voted  # a vote survives the restart, whatever the state
         if leader == node_id:
             node._become_resigned(now_ms, ())
             node.leader_id = node_id
