@@ -472,6 +472,7 @@ def test_simulated_quorums_keep_raft_safety_over_hundreds_of_seeds():
     # the runs did go through the hard cases, not only a quiet leader
     assert seen["committed"] == 300
     assert seen["truncation"] > 0 and seen["zombie_leader_detected"] > 0 and seen["leader_step_down"] > 0
+    assert seen["end_quorum_epoch"] > 0
     assert seen["leader_elected"] > 300  # more than one election per run on average
 
 

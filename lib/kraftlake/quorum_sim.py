@@ -39,6 +39,7 @@ class SimConfig:
     crash_every_ms: int = 6_000  # mean time between crashes
     down_ms: int = 2_000  # mean downtime
     append_every_ms: int = 50
+    resign_every_ms: int = 8_000  # mean time between graceful resignations of a leader (EndQuorumEpoch)
     log_check_every_ms: int = 100  # log matching is checked every this often (it is quadratic)
     raft: RaftConfig = field(default_factory=lambda: RaftConfig(cluster_id="sim", election_timeout_ms=500,
                                                                 election_backoff_max_ms=500, fetch_timeout_ms=1000,
@@ -142,6 +143,9 @@ class Simulation:
             for i in self.ids:
                 if i not in self.down:
                     self._send(self.nodes[i].tick(now), now)
+                    if self.nodes[i].state == LEADER and \
+                            self.rng.random() < self.cfg.step_ms / self.cfg.resign_every_ms:
+                        self._send(self.nodes[i].resign(now), now)
             if now >= next_append:
                 next_append = now + self.cfg.append_every_ms
                 for i in self.ids:
