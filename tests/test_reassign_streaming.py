@@ -35,6 +35,7 @@ from kraftlake.topics import new_topic_id
 from reassign_scenarios import cluster, list_reassignments, reassign
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "jobs"))
+import controller as controller_job  # noqa: E402  (jobs/controller.py)
 import reassign as reassign_job  # noqa: E402  (jobs/reassign.py)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -125,7 +126,7 @@ def test_walk_through_cancellation_and_fenced_target_through_the_streaming_job(
     completion, partition 1 starts the same move and is cancelled half-way, partition 2 moves to
     [4,5,7] where broker 7 is registered but fenced, so it stays pending. Two runs of one query (the
     AlterPartition requests of the second part name the topic by the id the first part's CreateTopics
-    answered), 3 records per micro-batch."""
+    answered), 4 records per micro-batch."""
     warehouse = Warehouse(str(tmp_path / "warehouse"), spark=spark)
     checkpoint = tmp_path / "checkpoint"
 
@@ -137,7 +138,7 @@ def test_walk_through_cancellation_and_fenced_target_through_the_streaming_job(
                            "nowhere": {0: [4, 5, 6]}})
     listed_at_start = list_reassignments(log)
     ingest(warehouse, log, tmp_path / "first.jsonl")
-    run_controller(warehouse, checkpoint, 3)
+    run_controller(warehouse, checkpoint, 4)
     first = spark_tables(warehouse)
     [topic_id] = [t["TopicId"] for t in response(first, create)["data"]["Topics"] if t["Name"] == "moves"]
 
@@ -156,7 +157,7 @@ def test_walk_through_cancellation_and_fenced_target_through_the_streaming_job(
     listed_all = list_reassignments(rest)
     listed_some = list_reassignments(rest, {"moves": [1, 0, 2], "nowhere": [0]})
     ingest(warehouse, rest, tmp_path / "second.jsonl")
-    run_controller(warehouse, checkpoint, 3)
+    run_controller(warehouse, checkpoint, 4)
     tables = spark_tables(warehouse)
 
     # The tables equal replay_log in-process, in one go and one event at a time.
@@ -242,16 +243,16 @@ KILL_BATCH = 3
 
 def kill_log() -> tuple[RequestLog, dict[str, int]]:
     """Six brokers, "moves" on [1,2,3] twice: partition 0 moves to [4,5,6] step by step, partition 1 to
-    [4,5,6] and is cancelled half-way; every broker heartbeats between the steps, which spreads the
-    reassignment over many micro-batches."""
+    [4,5,6] and is cancelled half-way; brokers 4, 5 and 6 heartbeat between the steps, which spreads the
+    reassignment over more micro-batches."""
     log = RequestLog(first_offset=0, start_ms=START_MS)
     epoch = cluster(log, range(1, 7))
     at = {"create": log.create_topics(new_topic("moves", assignments=[[1, 2, 3], [1, 2, 3]]))}
     topic_id = new_topic_id("moves", at["create"], [])  # what the CreateTopics answer tells (checked below)
     at["start"] = reassign(log, {"moves": {0: [4, 5, 6], 1: [4, 5, 6]}})
 
-    def beats() -> None:
-        for b in range(1, 7):
+    def beats() -> None:  # the new replicas' brokers, fetching
+        for b in (4, 5, 6):
             log.heartbeat(b, epoch[b])
 
     steps = [("add 4", [(0, 1, [1, 2, 3, 4]), (1, 1, [1, 2, 3, 4])]), ("add 5", [(0, 2, [1, 2, 3, 4, 5])]),
@@ -299,7 +300,8 @@ def _wait_for(condition: Callable[[], bool], timeout: float) -> bool:
     return False
 
 
-def test_sigkill_in_the_middle_of_a_reassignment_then_restart(spark: SparkSession, tmp_path: Path) -> None:
+def test_sigkill_in_the_middle_of_a_reassignment_then_restart(spark: SparkSession, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
     log, at = kill_log()
     source = log.write(tmp_path / "log.jsonl")
     killed = tmp_path / "killed"
@@ -332,10 +334,11 @@ def test_sigkill_in_the_middle_of_a_reassignment_then_restart(spark: SparkSessio
         f"killed after offset {end_at_kill}, not between the start ({at['start']}) and the completion "
         f"({at['add 6']}) of the reassignment")
 
-    restarted = subprocess.run(_controller_command(killed), cwd=REPO_ROOT, env=_controller_env(),
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-    assert restarted.returncode == 0 and "\ncontroller: brokers" in restarted.stdout, (
-        f"the restarted controller failed (exit {restarted.returncode}):\n{restarted.stdout[-4000:]}")
+    # The restart: jobs/controller.py again, in this process (a JVM start less), from the checkpoint.
+    capsys.readouterr()
+    code = controller_job.main(_controller_command(killed)[2:])
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith("controller: brokers"), f"the restarted controller failed (exit {code}):\n{out}"
     assert len(_committed_batches(checkpoint)) == batches
 
     uninterrupted = Warehouse(str(tmp_path / "uninterrupted"), spark=spark)
@@ -344,11 +347,11 @@ def test_sigkill_in_the_middle_of_a_reassignment_then_restart(spark: SparkSessio
     run_controller(uninterrupted, tmp_path / "uninterrupted-checkpoint", None, shards=2, config=defaults)
     after_crash = spark_tables(Warehouse(str(killed), spark=spark))
     expected = spark_tables(uninterrupted)
+    core = core_tables(events_of(uninterrupted), 2, defaults)
     for table in TABLES:
         assert_same_table(after_crash[table], expected[table],
                           f"{table}: killed after offset {end_at_kill} and restarted vs uninterrupted")
-        assert_same_table(after_crash[table], core_tables(events_of(uninterrupted), 2, defaults)[table],
-                          f"{table}: killed and restarted vs replay_log")
+        assert_same_table(after_crash[table], core[table], f"{table}: killed and restarted vs replay_log")
     assert_no_duplicates(after_crash)
     assert len(after_crash["responses"]) == len(log.lines) - 1  # every request, not the FeatureLevelRecord
 
@@ -357,7 +360,8 @@ def test_sigkill_in_the_middle_of_a_reassignment_then_restart(spark: SparkSessio
     assert created["TopicId"] == new_topic_id("moves", at["create"], [])
     assert state(after_crash, "moves", 0) == ([4, 5, 6], [4, 5, 6], 4, 1, 4, [], [])
     assert state(after_crash, "moves", 1) == ([1, 2, 3], [1, 2, 3], 1, 1, 3, [], [])
-    assert partition_errors(response(after_crash, at["add 6"]), "Topics") == {(created["TopicId"], 0): NEW_LEADER_ELECTED}
+    assert partition_errors(response(after_crash, at["add 6"]), "Topics") == {
+        (created["TopicId"], 0): NEW_LEADER_ELECTED}
     assert listing(response(after_crash, at["list"])) == {}
 
 
