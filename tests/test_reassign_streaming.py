@@ -310,9 +310,9 @@ def test_sigkill_in_the_middle_of_a_reassignment_then_restart(spark: SparkSessio
     assert (summary.rejected, summary.last_offset) == (0, log.last_offset)
     batches = -(-len(log.lines) // KILL_BATCH)
 
-    def started() -> bool:  # a committed batch holds the start of the reassignment
+    def started() -> bool:  # the committed batches hold the start and the first ISR addition
         done = _committed_batches(checkpoint)
-        return bool(done) and _end_offset(checkpoint, done[-1]) >= at["start"]
+        return bool(done) and _end_offset(checkpoint, done[-1]) >= at["add 4"]
 
     output = tmp_path / "controller-killed.log"
     with output.open("w") as out:
@@ -330,8 +330,8 @@ def test_sigkill_in_the_middle_of_a_reassignment_then_restart(spark: SparkSessio
                 process.wait(30)
     done_at_kill = _committed_batches(checkpoint)
     end_at_kill = _end_offset(checkpoint, done_at_kill[-1])
-    assert at["start"] <= end_at_kill < at["add 6"], (
-        f"killed after offset {end_at_kill}, not between the start ({at['start']}) and the completion "
+    assert at["add 4"] <= end_at_kill < at["add 6"], (
+        f"killed after offset {end_at_kill}, not between the first ISR addition ({at['add 4']}) and the completion "
         f"({at['add 6']}) of the reassignment")
 
     # The restart: jobs/controller.py again, in this process (a JVM start less), from the checkpoint.
@@ -398,6 +398,8 @@ def test_the_reassign_tool_end_to_end(spark: SparkSession, tmp_path: Path,
     move_1 = plan("move-1.json", [{"topic": "moves", "partition": 1, "replicas": [1, 4, 5]}])
     assert tool("--list") == (0, "{}\n")
     assert tool("--verify", move_0)[0] == 1  # [1,2,3], not [4,5,6]
+    (tmp_path / "bad.json").write_text('{"version": 1, "partitions": [{"topic": "moves"}]}')
+    assert tool("--execute", str(tmp_path / "bad.json"))[0] == 2
 
     code, out = tool("--execute", move_0)
     assert code == 0 and "appended at offset 14" in out
