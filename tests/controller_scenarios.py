@@ -9,7 +9,6 @@ time. Everything the tests expect is written by hand in the tests, never taken f
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Mapping
 
@@ -17,7 +16,10 @@ from kraftlake import uuids
 from kraftlake.schemas import table_arrow_schema
 from kraftlake.image import ClusterImage
 from kraftlake.shards import ShardState, apply_outputs, iter_rows, replay_log, routes, step
+from kraftlake.ingest import ingest_source
 from kraftlake.storage import Warehouse
+from kraftlake.tables import rows_to_events
+from streaming_helpers import plain, sorted_rows
 
 STATE_TABLES = ("brokers", "topics", "configs", "partitions")
 APPEND_TABLES = ("partition_history", "rejected")
@@ -126,41 +128,31 @@ def isr_change(partition: int, leader_epoch: int, partition_epoch: int, isr: lis
 
 # --- the tables, as rows that compare -------------------------------------------------------------
 
-def _plain(value: object) -> object:
-    if isinstance(value, datetime):
-        return (value - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(milliseconds=1)
-    return value
-
-
-def _sorted(rows: list[dict]) -> list[dict]:
-    return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=repr))
-
-
 def _json_round_trip(value: object) -> object:
     return json.loads(json.dumps(value, default=repr))
 
 
 def controller_log_row(row: dict) -> dict:
     """A controller_log row as (offset, shard, seq, type, version, data): the payload from its type's column."""
-    return {"offset": row["offset"], "timestamp": _plain(row["timestamp"]), "shard": row["shard"], "seq": row["seq"],
+    return {"offset": row["offset"], "timestamp": plain(row["timestamp"]), "shard": row["shard"], "seq": row["seq"],
             "type": row["type"], "version": row["version"], "data": _json_round_trip(row[row["type"]])}
 
 
 def response_row(row: dict) -> dict:
     data = row["data"]
-    return {**{k: _plain(v) for k, v in row.items()}, "data": json.loads(data) if isinstance(data, str) else data}
+    return {**{k: plain(v) for k, v in row.items()}, "data": json.loads(data) if isinstance(data, str) else data}
 
 
 def spark_tables(warehouse: Warehouse) -> dict[str, list[dict]]:
     """What the streaming job wrote, every derived table (``rejected``: the replay's rows only)."""
     out = {}
     for name in STATE_TABLES + APPEND_TABLES:
-        rows = [{k: _plain(v) for k, v in row.items()} for row in warehouse.read_arrow(name).to_pylist()]
+        rows = [{k: plain(v) for k, v in row.items()} for row in warehouse.read_arrow(name).to_pylist()]
         if name == "rejected":
             rows = [r for r in rows if r["stage"] == "replay"]
-        out[name] = _sorted(rows)
-    out["controller_log"] = _sorted([controller_log_row(r) for r in warehouse.read_arrow("controller_log").to_pylist()])
-    out["responses"] = _sorted([response_row(r) for r in warehouse.read_arrow("responses").to_pylist()])
+        out[name] = sorted_rows(rows)
+    out["controller_log"] = sorted_rows([controller_log_row(r) for r in warehouse.read_arrow("controller_log").to_pylist()])
+    out["responses"] = sorted_rows([response_row(r) for r in warehouse.read_arrow("responses").to_pylist()])
     return out
 
 
@@ -195,9 +187,19 @@ def core_tables(events: list[dict], shards: int, config: Mapping[str, str], batc
     out = {}
     for name in STATE_TABLES + APPEND_TABLES:
         columns = table_arrow_schema(name).names
-        out[name] = _sorted([{c: row.get(c) for c in columns} for row in iter_rows(tables.get(name, []))])
-    out["controller_log"] = _sorted([
+        out[name] = sorted_rows([{c: row.get(c) for c in columns} for row in iter_rows(tables.get(name, []))])
+    out["controller_log"] = sorted_rows([
         {"offset": r["offset"], "timestamp": r["timestamp"], "shard": r["shard"], "seq": r["seq"], "type": r["type"],
          "version": r["version"], "data": _json_round_trip(r["data"])} for r in tables.get("controller_log", [])])
-    out["responses"] = _sorted([{**r, "data": _json_round_trip(r["data"])} for r in tables.get("responses", [])])
+    out["responses"] = sorted_rows([{**r, "data": _json_round_trip(r["data"])} for r in tables.get("responses", [])])
     return out
+
+
+def ingest(warehouse: Warehouse, log: "RequestLog", path: Path) -> None:
+    summary = ingest_source(warehouse, str(log.write(path)))
+    assert summary.rejected == 0, "a hand-written request was refused at ingest"
+    assert (summary.first_offset, summary.last_offset) == (log.first_offset, log.last_offset)
+
+
+def logged_events(warehouse: Warehouse) -> list[dict]:
+    return rows_to_events(warehouse.read_arrow("metadata_log").sort_by("offset"))

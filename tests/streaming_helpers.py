@@ -7,11 +7,15 @@ the tests an oracle for ``rejected`` that does not come from the code under test
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import random
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Mapping
 
 from kraftlake import streaming, uuids
 from kraftlake.ingest import ingest_source
@@ -23,6 +27,7 @@ from kraftlake.tables import rows_to_events
 START_MS = 1_763_580_000_000
 BROKER_IDS = (1, 2, 3, 4)
 TABLES = ("brokers", "topics", "configs", "partitions", "partition_history", "rejected")
+REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_BROKER, CONFIG_TOPIC = 4, 2  # ConfigResource.Type
 
 
@@ -241,29 +246,49 @@ def ingest_jsonl(warehouse: Warehouse, path: Path) -> None:
     assert summary.rejected == 0, f"the generated log should be valid input, but ingest rejected {summary.rejected}"
 
 
-def run_controller(warehouse: Warehouse, checkpoint: Path, shards: int, max_records_per_batch: int | None) -> None:
+def run_controller(warehouse: Warehouse, checkpoint: Path, shards: int, max_records_per_batch: int | None,
+                   config: Mapping[str, str] | None = None) -> None:
     streaming.run(warehouse, streaming.ControllerSettings(
-        shards=shards, checkpoint=str(checkpoint), once=True, max_records_per_batch=max_records_per_batch))
+        shards=shards, checkpoint=str(checkpoint), once=True, max_records_per_batch=max_records_per_batch,
+        kafka_config=dict(config or {})), out=io.StringIO())
 
 
-def _plain(value: object) -> object:
+# --- the controller job in a subprocess, for real kills ---------------------------------------------
+
+def controller_command(warehouse: Path, batch: int) -> list[str]:
+    return [sys.executable, "jobs/controller.py", "--warehouse", str(warehouse), "--once",
+            "--max-records-per-batch", str(batch), "--shards", "2", "--override", "spark.master=local[1]",
+            "--override", "spark.sql.shuffle.partitions=2"]
+
+
+def controller_env() -> dict[str, str]:
+    path = os.pathsep.join(p for p in [str(REPO_ROOT / "lib"), os.environ.get("PYTHONPATH")] if p)
+    return {**os.environ, "PYTHONPATH": path, "PYSPARK_PYTHON": sys.executable}
+
+
+def committed_batches(checkpoint: Path) -> list[int]:
+    commits = checkpoint / "commits"
+    return sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit()) if commits.is_dir() else []
+
+
+def plain(value: object) -> object:
     """Timestamps as ms since the epoch (the core's unit), so table rows and core rows compare."""
     if isinstance(value, datetime):
         return (value - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(milliseconds=1)
     return value
 
 
-def _sorted(rows: list[dict]) -> list[dict]:
+def sorted_rows(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=repr))
 
 
 def _table_rows(warehouse: Warehouse, name: str) -> list[dict]:
     """A table's rows, sorted; ``rejected`` only from the replay stage (ingest rejections are not the
     controller's)."""
-    rows = [{k: _plain(v) for k, v in row.items()} for row in warehouse.read_arrow(name).to_pylist()]
+    rows = [{k: plain(v) for k, v in row.items()} for row in warehouse.read_arrow(name).to_pylist()]
     if name == "rejected":
         rows = [r for r in rows if r["stage"] == "replay"]
-    return _sorted(rows)
+    return sorted_rows(rows)
 
 
 def warehouse_tables(warehouse: Warehouse) -> dict[str, list[dict]]:
@@ -280,7 +305,7 @@ def reference_tables(events: list[dict], shards: int) -> dict[str, list[dict]]:
     out = {}
     for name in TABLES:
         columns = table_arrow_schema(name).names
-        out[name] = _sorted([{c: row.get(c) for c in columns} for row in iter_rows(tables.get(name, []))])
+        out[name] = sorted_rows([{c: row.get(c) for c in columns} for row in iter_rows(tables.get(name, []))])
     return out
 
 

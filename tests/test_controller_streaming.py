@@ -17,7 +17,6 @@ writing it would: AlterPartition v2+ names topics by id). Event time is explicit
 
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from streaming_helpers import run_controller
 from controller_scenarios import (
+    ingest,
+    logged_events,
     RequestLog,
     core_tables,
     incarnation,
@@ -33,11 +35,10 @@ from controller_scenarios import (
     new_topic,
     spark_tables,
 )
-from kraftlake import streaming, uuids
 from kraftlake.ingest import ingest_source
+from kraftlake import uuids
 from kraftlake.shards import shard_of_topic
 from kraftlake.storage import Warehouse
-from kraftlake.tables import rows_to_events
 
 SHARDS = 3
 TIMEOUT = 6000
@@ -95,22 +96,6 @@ class Run:
         """Every topic the log created, from the CreateTopics responses."""
         return {t["Name"]: t["TopicId"] for r in self.spark["responses"] if r["request_type"] == "CreateTopicsRequest"
                 for t in r["data"]["Topics"] if t["ErrorCode"] == NONE}
-
-
-def run_controller(warehouse: Warehouse, checkpoint: Path, config: dict[str, str], batch: int | None) -> None:
-    streaming.run(warehouse, streaming.ControllerSettings(
-        shards=SHARDS, checkpoint=str(checkpoint), once=True, max_records_per_batch=batch, kafka_config=config),
-        out=io.StringIO())
-
-
-def ingest(warehouse: Warehouse, log: RequestLog, path: Path) -> None:
-    summary = ingest_source(warehouse, str(log.write(path)))
-    assert summary.rejected == 0, "a hand-written request was refused at ingest"
-    assert (summary.first_offset, summary.last_offset) == (log.first_offset, log.last_offset)
-
-
-def logged_events(warehouse: Warehouse) -> list[dict]:
-    return rows_to_events(warehouse.read_arrow("metadata_log").sort_by("offset"))
 
 
 def changes(records: list[dict], ids: dict[str, str]) -> dict[tuple[str, int], tuple[int, list[int] | None]]:
@@ -213,13 +198,13 @@ def story(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Run:
     log = RequestLog(first_offset=0, start_ms=START_MS)
     first_part(log, at, epoch)
     ingest(warehouse, log, root / "first.jsonl")
-    run_controller(warehouse, checkpoint, CONFIG, BATCH)
+    run_controller(warehouse, checkpoint, SHARDS, BATCH, CONFIG)
     ids = Run(at, epoch, spark_tables(warehouse), {}, []).topic_ids()
 
     rest = RequestLog(first_offset=log.last_offset + 1, start_ms=log.now + log.step_ms)
     second_part(rest, at, epoch, ids)
     ingest(warehouse, rest, root / "second.jsonl")
-    run_controller(warehouse, checkpoint, CONFIG, None)
+    run_controller(warehouse, checkpoint, SHARDS, None, CONFIG)
     events = logged_events(warehouse)
     return Run(at, epoch, spark_tables(warehouse), core_tables(events, SHARDS, CONFIG), events)
 
@@ -572,7 +557,7 @@ def test_what_if_requests_after_a_real_log(spark: SparkSession, fixtures_dir: Pa
     at["heartbeat at the timeout"] = log.heartbeat(broker_id, broker["epoch"], at=takeover + KAFKA_SESSION_TIMEOUT)
     at["silent 1 ms too long"] = log.unregister(7, at=log.now + KAFKA_SESSION_TIMEOUT + 1)
     ingest(warehouse, log, tmp_path / "what-if.jsonl")
-    run_controller(warehouse, tmp_path / "checkpoint", {}, None)
+    run_controller(warehouse, tmp_path / "checkpoint", SHARDS, None, {})
     events = logged_events(warehouse)
     run = Run(at, {broker_id: broker["epoch"]}, spark_tables(warehouse), core_tables(events, SHARDS, {}), events)
 

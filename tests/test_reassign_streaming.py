@@ -9,7 +9,6 @@ A partition's state is written ``(replicas, isr, leader, leader epoch, partition
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import signal
@@ -24,13 +23,12 @@ from typing import Callable
 import pytest
 from pyspark.sql import SparkSession
 
-from controller_scenarios import RequestLog, core_tables, isr_change, new_topic, spark_tables
-from kraftlake import streaming
+from controller_scenarios import RequestLog, core_tables, ingest, isr_change, logged_events, new_topic, spark_tables
+from streaming_helpers import committed_batches, controller_command, controller_env, run_controller
 from kraftlake.config import config_from_args
 from kraftlake.ingest import ingest_source
 from kraftlake.runtime import kafka_configs, register_views
 from kraftlake.storage import DeltaRsTables, Warehouse
-from kraftlake.tables import rows_to_events
 from kraftlake.topics import new_topic_id
 from reassign_scenarios import cluster, list_reassignments, reassign
 
@@ -51,23 +49,6 @@ INVALID_REPLICA_ASSIGNMENT = 39
 NO_REASSIGNMENT_IN_PROGRESS = 85
 INELIGIBLE_REPLICA = 107
 NEW_LEADER_ELECTED = 108
-
-
-def run_controller(warehouse: Warehouse, checkpoint: Path, batch: int | None, shards: int = SHARDS,
-                   config: dict[str, str] = CONFIG) -> None:
-    streaming.run(warehouse, streaming.ControllerSettings(
-        shards=shards, checkpoint=str(checkpoint), once=True, max_records_per_batch=batch, kafka_config=config),
-        out=io.StringIO())
-
-
-def ingest(warehouse: Warehouse, log: RequestLog, path: Path) -> None:
-    summary = ingest_source(warehouse, str(log.write(path)))
-    assert summary.rejected == 0, "a hand-written request was refused at ingest"
-    assert (summary.first_offset, summary.last_offset) == (log.first_offset, log.last_offset)
-
-
-def events_of(warehouse: Warehouse) -> list[dict]:
-    return rows_to_events(warehouse.read_arrow("metadata_log").sort_by("offset"))
 
 
 def state(tables: dict[str, list[dict]], topic: str, partition: int) -> tuple:
@@ -138,7 +119,7 @@ def test_walk_through_cancellation_and_fenced_target_through_the_streaming_job(
                            "nowhere": {0: [4, 5, 6]}})
     listed_at_start = list_reassignments(log)
     ingest(warehouse, log, tmp_path / "first.jsonl")
-    run_controller(warehouse, checkpoint, 4)
+    run_controller(warehouse, checkpoint, SHARDS, 4, CONFIG)
     first = spark_tables(warehouse)
     [topic_id] = [t["TopicId"] for t in response(first, create)["data"]["Topics"] if t["Name"] == "moves"]
 
@@ -157,11 +138,11 @@ def test_walk_through_cancellation_and_fenced_target_through_the_streaming_job(
     listed_all = list_reassignments(rest)
     listed_some = list_reassignments(rest, {"moves": [1, 0, 2], "nowhere": [0]})
     ingest(warehouse, rest, tmp_path / "second.jsonl")
-    run_controller(warehouse, checkpoint, 4)
+    run_controller(warehouse, checkpoint, SHARDS, 4, CONFIG)
     tables = spark_tables(warehouse)
 
     # The tables equal replay_log in-process, in one go and one event at a time.
-    events = events_of(warehouse)
+    events = logged_events(warehouse)
     core = core_tables(events, SHARDS, CONFIG)
     one_by_one = core_tables(events, SHARDS, CONFIG, batch=1)
     for table in TABLES:
@@ -269,22 +250,6 @@ def kill_log() -> tuple[RequestLog, dict[str, int]]:
     return log, at
 
 
-def _controller_command(warehouse: Path) -> list[str]:
-    return [sys.executable, "jobs/controller.py", "--warehouse", str(warehouse), "--once",
-            "--max-records-per-batch", str(KILL_BATCH), "--shards", "2", "--override", "spark.master=local[1]",
-            "--override", "spark.sql.shuffle.partitions=2"]
-
-
-def _controller_env() -> dict[str, str]:
-    path = os.pathsep.join(p for p in [str(REPO_ROOT / "lib"), os.environ.get("PYTHONPATH")] if p)
-    return {**os.environ, "PYTHONPATH": path, "PYSPARK_PYTHON": sys.executable}
-
-
-def _committed_batches(checkpoint: Path) -> list[int]:
-    commits = checkpoint / "commits"
-    return sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit()) if commits.is_dir() else []
-
-
 def _end_offset(checkpoint: Path, batch: int) -> int:
     """The last log offset of a planned batch, from the checkpoint's offset log."""
     last = (checkpoint / "offsets" / str(batch)).read_text().strip().splitlines()[-1]
@@ -311,12 +276,12 @@ def test_sigkill_in_the_middle_of_a_reassignment_then_restart(spark: SparkSessio
     batches = -(-len(log.lines) // KILL_BATCH)
 
     def started() -> bool:  # the committed batches hold the start and the first ISR addition
-        done = _committed_batches(checkpoint)
+        done = committed_batches(checkpoint)
         return bool(done) and _end_offset(checkpoint, done[-1]) >= at["add 4"]
 
     output = tmp_path / "controller-killed.log"
     with output.open("w") as out:
-        process = subprocess.Popen(_controller_command(killed), cwd=REPO_ROOT, env=_controller_env(), stdout=out,
+        process = subprocess.Popen(controller_command(killed, KILL_BATCH), cwd=REPO_ROOT, env=controller_env(), stdout=out,
                                    stderr=subprocess.STDOUT, start_new_session=True)
         try:
             assert _wait_for(lambda: started() or process.poll() is not None, 180) and process.poll() is None, (
@@ -328,7 +293,7 @@ def test_sigkill_in_the_middle_of_a_reassignment_then_restart(spark: SparkSessio
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(30)
-    done_at_kill = _committed_batches(checkpoint)
+    done_at_kill = committed_batches(checkpoint)
     end_at_kill = _end_offset(checkpoint, done_at_kill[-1])
     assert at["add 4"] <= end_at_kill < at["add 6"], (
         f"killed after offset {end_at_kill}, not between the first ISR addition ({at['add 4']}) and the completion "
@@ -336,18 +301,18 @@ def test_sigkill_in_the_middle_of_a_reassignment_then_restart(spark: SparkSessio
 
     # The restart: jobs/controller.py again, in this process (a JVM start less), from the checkpoint.
     capsys.readouterr()
-    code = controller_job.main(_controller_command(killed)[2:])
+    code = controller_job.main(controller_command(killed, KILL_BATCH)[2:])
     out = capsys.readouterr().out
     assert code == 0 and out.startswith("controller: brokers"), f"the restarted controller failed (exit {code}):\n{out}"
-    assert len(_committed_batches(checkpoint)) == batches
+    assert len(committed_batches(checkpoint)) == batches
 
     uninterrupted = Warehouse(str(tmp_path / "uninterrupted"), spark=spark)
     ingest_source(uninterrupted, str(source))
     defaults = kafka_configs(config_from_args(Namespace()))  # what jobs/controller.py passes by default
-    run_controller(uninterrupted, tmp_path / "uninterrupted-checkpoint", None, shards=2, config=defaults)
+    run_controller(uninterrupted, tmp_path / "uninterrupted-checkpoint", 2, None, defaults)
     after_crash = spark_tables(Warehouse(str(killed), spark=spark))
     expected = spark_tables(uninterrupted)
-    core = core_tables(events_of(uninterrupted), 2, defaults)
+    core = core_tables(logged_events(uninterrupted), 2, defaults)
     for table in TABLES:
         assert_same_table(after_crash[table], expected[table],
                           f"{table}: killed after offset {end_at_kill} and restarted vs uninterrupted")
@@ -384,7 +349,7 @@ def test_the_reassign_tool_end_to_end(spark: SparkSession, tmp_path: Path,
         return str(path)
 
     def decide() -> dict[str, list[dict]]:
-        run_controller(warehouse, checkpoint, None, shards=2)
+        run_controller(warehouse, checkpoint, 2, None, CONFIG)
         return spark_tables(warehouse)
 
     log = RequestLog(first_offset=0, start_ms=START_MS)
@@ -412,7 +377,7 @@ def test_the_reassign_tool_end_to_end(spark: SparkSession, tmp_path: Path,
 
     # One is pending: a second plan is refused without --incremental, accepted with it.
     assert tool("--execute", move_1) == (1, "")
-    assert len(events_of(warehouse)) == 15, "the refused plan must not reach the log"
+    assert len(logged_events(warehouse)) == 15, "the refused plan must not reach the log"
     assert tool("--execute", move_1, "--incremental")[0] == 0
     tables = decide()
     assert state(tables, "moves", 0) == ([4, 5, 6, 1, 2, 3], [1, 2, 3], 1, 0, 1, [4, 5, 6], [1, 2, 3])
@@ -422,7 +387,7 @@ def test_the_reassign_tool_end_to_end(spark: SparkSession, tmp_path: Path,
         {"topic": "moves", "partition": 1, "replicas": [1, 4, 5]}]}) + "\n")
 
     # The leader catches 4, 5, 6 up on partition 0 (completing it) and 4 on partition 1 (5 still missing).
-    newest = max(e["timestamp"] for e in events_of(warehouse))
+    newest = max(e["timestamp"] for e in logged_events(warehouse))
     catch_up = RequestLog(first_offset=16, start_ms=newest + 10)
     for partition_epoch, isr in ((1, [1, 2, 3, 4]), (2, [1, 2, 3, 4, 5]), (3, [1, 2, 3, 4, 5, 6])):
         parts = [isr_change(0, 0, partition_epoch, isr)]
@@ -453,7 +418,7 @@ def test_the_reassign_tool_end_to_end(spark: SparkSession, tmp_path: Path,
     assert tool("--verify", move_1)[0] == 1  # cancelled: [1,2,3], not [1,4,5]
 
     # Every request the tool appended was decided once, as replay_log decides the same log.
-    events = events_of(warehouse)
+    events = logged_events(warehouse)
     assert [e["type"] for e in events[14:]] == ["AlterPartitionReassignmentsRequest"] * 2 + [
         "AlterPartitionRequest"] * 3 + ["AlterPartitionReassignmentsRequest"]
     core = core_tables(events, 2, CONFIG)

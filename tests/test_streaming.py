@@ -13,7 +13,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -36,6 +35,9 @@ from streaming_helpers import (
     assert_same_tables,
     generate_log,
     ingest_jsonl,
+    committed_batches,
+    controller_command,
+    controller_env,
     logged_events,
     reference_tables,
     run_controller,
@@ -207,26 +209,10 @@ KILL_LOG_SIZE = 200
 KILL_BATCH = 5
 
 
-def _controller_command(warehouse: Path) -> list[str]:
-    return [sys.executable, "jobs/controller.py", "--warehouse", str(warehouse), "--once",
-            "--max-records-per-batch", str(KILL_BATCH), "--shards", "2", "--override", "spark.master=local[1]",
-            "--override", "spark.sql.shuffle.partitions=2"]
-
-
-def _controller_env() -> dict[str, str]:
-    path = os.pathsep.join(p for p in [str(REPO_ROOT / "lib"), os.environ.get("PYTHONPATH")] if p)
-    return {**os.environ, "PYTHONPATH": path, "PYSPARK_PYTHON": sys.executable}
-
-
-def _committed_batches(checkpoint: Path) -> list[int]:
-    commits = checkpoint / "commits"
-    return sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit()) if commits.is_dir() else []
-
-
 def _sink_ahead_of_checkpoint(warehouse: Path, checkpoint: Path) -> bool:
     """A table already holds a batch the checkpoint has not committed: the kill lands inside the sink."""
     query = streaming.query_id(str(checkpoint))
-    done = _committed_batches(checkpoint)
+    done = committed_batches(checkpoint)
     if query is None or not done:
         return False
     tables = DeltaRsTables(str(warehouse))
@@ -253,10 +239,10 @@ def test_sigkill_mid_run_then_restart_ends_as_an_uninterrupted_run(spark: SparkS
     output = tmp_path / "controller-killed.log"
 
     with output.open("w") as out:
-        process = subprocess.Popen(_controller_command(killed), cwd=REPO_ROOT, env=_controller_env(), stdout=out,
+        process = subprocess.Popen(controller_command(killed, KILL_BATCH), cwd=REPO_ROOT, env=controller_env(), stdout=out,
                                    stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            committed = _wait_for(lambda: bool(_committed_batches(checkpoint)) or process.poll() is not None, 180)
+            committed = _wait_for(lambda: bool(committed_batches(checkpoint)) or process.poll() is not None, 180)
             assert committed and process.poll() is None, (
                 f"expected the controller to be running with a committed batch (exit {process.poll()}):\n"
                 f"{output.read_text()[-4000:]}")
@@ -269,13 +255,13 @@ def test_sigkill_mid_run_then_restart_ends_as_an_uninterrupted_run(spark: SparkS
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(30)
-    done_at_kill = _committed_batches(checkpoint)
+    done_at_kill = committed_batches(checkpoint)
     assert len(done_at_kill) < batches, f"killed after all {batches} batches, not mid-run"
 
-    restarted = subprocess.run(_controller_command(killed), cwd=REPO_ROOT, env=_controller_env(),
+    restarted = subprocess.run(controller_command(killed, KILL_BATCH), cwd=REPO_ROOT, env=controller_env(),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     finished = "\ncontroller: brokers" in restarted.stdout
-    assert finished and len(_committed_batches(checkpoint)) == batches, (
+    assert finished and len(committed_batches(checkpoint)) == batches, (
         f"the restarted controller did not finish (exit {restarted.returncode}):\n{restarted.stdout[-4000:]}")
 
     uninterrupted = Warehouse(str(tmp_path / "uninterrupted"), spark=spark)
