@@ -49,17 +49,46 @@ ORDER BY p.topic, p.partition
 """
 
 
+# The metadata quorum's history from the log itself (KIP-595): every epoch between the first and the last
+# the batches carry, with the LeaderChangeMessage that opened it (leader, voters, granting voters) and how
+# long it lasted. An epoch that wrote nothing (an election that won nothing, or a leader that appended
+# nothing before the next election) still gets its row, with no records.
+QUORUM_HISTORY = """
+WITH epochs AS (
+  SELECT leader_epoch AS epoch, min(offset) AS first_offset, min(timestamp) AS first_timestamp,
+         count(*) AS records
+  FROM metadata_log WHERE leader_epoch >= 0 GROUP BY leader_epoch),
+changes AS (
+  SELECT leader_epoch AS epoch, min_by(LeaderChangeMessage, offset) AS change
+  FROM metadata_log WHERE type = 'LeaderChangeMessage' GROUP BY leader_epoch),
+every_epoch AS (SELECT explode(sequence(min(epoch), max(epoch))) AS epoch FROM epochs),
+log_end AS (SELECT max(timestamp) AS last FROM metadata_log)
+SELECT a.epoch, c.change.LeaderId AS leader, transform(c.change.Voters, v -> v.VoterId) AS voters,
+       transform(c.change.GrantingVoters, v -> v.VoterId) AS granting_voters,
+       e.first_offset, e.first_timestamp, coalesce(e.records, 0) AS records,
+       unix_millis(coalesce(min(e.first_timestamp) OVER (ORDER BY a.epoch
+                                ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING), log_end.last))
+         - unix_millis(e.first_timestamp) AS duration_ms
+FROM every_epoch a LEFT JOIN epochs e ON e.epoch = a.epoch LEFT JOIN changes c ON c.epoch = a.epoch
+CROSS JOIN log_end
+ORDER BY a.epoch
+"""
+
+
 def kafka_configs(config: Config) -> dict[str, str]:
     """The Kafka settings of ``config`` (``broker.session.timeout.ms``, ...) that decisions read."""
     return {k: v for k, v in config.items() if not k.startswith(("kraftlake.", "spark."))}
 
 
 def register_views(warehouse: Warehouse) -> list[str]:
-    """Every table of the warehouse as a temporary view named after it, plus ``describe`` and
-    ``reassignments``."""
+    """Every table of the warehouse as a temporary view named after it, plus ``describe``,
+    ``reassignments`` and ``quorum_history``."""
     names = warehouse.names()
     for name in names:
         warehouse.read_df(name).createOrReplaceTempView(name)
+    if "metadata_log" in names:
+        warehouse.spark.sql(QUORUM_HISTORY).createOrReplaceTempView("quorum_history")
+        names.append("quorum_history")
     if "partitions" in names:
         warehouse.spark.sql(DESCRIBE).createOrReplaceTempView("describe")
         names.append("describe")
