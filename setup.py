@@ -6,9 +6,11 @@ this file derives install_requires from it, minus what only the tests and report
 """
 
 import re
+import shutil
 from pathlib import Path
 
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 TEST_ONLY = {"pytest", "chispa", "hypothesis", "matplotlib"}
@@ -25,6 +27,15 @@ def runtime_requirements() -> list[str]:
         if line and _requirement_name(line) not in TEST_ONLY:
             requirements.append(line)
     return requirements
+
+
+class BuildWithSchemas(build_py):
+    """Ship schemas/ inside the package as kraftlake/_schemas: an installed kraftlake has no repo
+    around it, and ``kraftlake.schemas.schema_dir`` falls back to that copy."""
+
+    def run(self) -> None:
+        super().run()
+        shutil.copytree(HERE / "schemas", Path(self.build_lib) / "kraftlake" / "_schemas", dirs_exist_ok=True)
 
 
 def version() -> str:
@@ -45,4 +56,5 @@ setup(
     include_package_data=True,
     python_requires=">=3.10",
     install_requires=runtime_requirements(),
+    cmdclass={"build_py": BuildWithSchemas},
 )
