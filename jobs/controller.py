@@ -43,11 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.reset:
         reset(warehouse, checkpoint)
     try:
-        run(warehouse, settings)
+        finished = run(warehouse, settings)
     except RuntimeError as exc:
         print(f"controller: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    if not finished:
         return 130
     counts = {name: warehouse.read_arrow(name, columns=[]).num_rows
               for name in ("brokers", "topics", "partitions", "partition_history", "rejected")

@@ -14,7 +14,10 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, TextIO
@@ -245,23 +248,41 @@ def start(warehouse: Warehouse, settings: ControllerSettings):
 
 
 def run(warehouse: Warehouse, settings: ControllerSettings, progress_every: float = 10.0,
-        out: TextIO | None = None) -> None:
-    """Run until the query ends (``--once``) or forever, printing progress."""
+        out: TextIO | None = None) -> bool:
+    """Run until the query ends (``--once``) or forever, printing progress; False if stopped by a signal.
+
+    SIGINT and SIGTERM only set a flag that the loop checks every second before it stops the query: the
+    driver's main thread is usually inside a py4j call when they arrive, and stopping the query from the
+    handler itself would re-enter py4j (pyspark's own SIGINT handler does, and prints tracebacks). A batch
+    in flight is cut short; the checkpoint and the Delta transactions make the next start finish it.
+    """
     out = out or sys.stderr
     query = start(warehouse, settings)
-    last_batch = None
+    stop_requested: list[int] = []
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, lambda signum, frame: stop_requested.append(signum))
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+    last_batch, last_print = None, -progress_every
     try:
-        while query.isActive:
-            query.awaitTermination(progress_every)
+        while query.isActive and not stop_requested:
+            query.awaitTermination(1)
             progress = query.lastProgress
-            if progress and progress["batchId"] != last_batch:
-                last_batch = progress["batchId"]
+            quiet = time.monotonic() - last_print < progress_every
+            if progress and progress["batchId"] != last_batch and progress["numInputRows"] and not quiet:
+                last_batch, last_print = progress["batchId"], time.monotonic()
                 end = progress["sources"][0].get("endOffset") if progress.get("sources") else None
-                print(f"[controller] batch {last_batch}: {progress['numInputRows']:,} routed events, "
+                print(f"[controller] batch {last_batch}: {progress['numInputRows']:,} log rows, "
                       f"log offset {end}, {progress.get('processedRowsPerSecond', 0):,.0f} rows/s",
                       file=out, flush=True)
+        if stop_requested:
+            print("[controller] stopping (signal received); restart to continue from the checkpoint",
+                  file=out, flush=True)
+            query.stop()
+            return False
         if query.exception() is not None:
             raise RuntimeError(f"the controller query failed: {query.exception()}")
-    except KeyboardInterrupt:
-        query.stop()
-        raise
+        return True
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
