@@ -76,9 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     size = sum(f.stat().st_size for f in log_dir.iterdir())
     report["log_bytes"] = size
     timed("decode", report, len(events), lambda: decode_all(log_dir), size)
-    tables, states = timed("core replay", report, len(events), lambda: replay_log(events, args.shards))
+    _, states = timed("core replay", report, len(events), lambda: replay_log(events, args.shards))
     report["core_state_bytes_per_shard"] = [len(s.to_bytes()) for s in states]
-    del tables, events
+    states = events = None  # free them before the Spark stages
 
     warehouse_dir = work / "warehouse"
     shutil.rmtree(warehouse_dir, ignore_errors=True)

@@ -14,7 +14,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from kraftlake import codec
 from kraftlake.codec.logdir import Rejection
 from kraftlake.ingest import detect_kind, read_source
 from kraftlake.output import json_line

@@ -134,7 +134,7 @@ class RaftLog:
         With no epoch <= ``epoch`` it is (epoch, start of the first epoch); an empty log gives (0, 0)."""
         if not self.entries:
             return 0, 0
-        floor_epoch, floor_end = None, 0
+        floor_epoch = None
         for offset, entry in enumerate(self.entries):
             if entry.epoch > epoch:
                 return (epoch, offset) if floor_epoch is None else (floor_epoch, offset)

@@ -218,7 +218,6 @@ def check_start(warehouse: Warehouse, checkpoint: str) -> None:
 
 def start(warehouse: Warehouse, settings: ControllerSettings):
     """Start the controller query; returns the ``StreamingQuery``."""
-    spark = warehouse.spark
     check_start(warehouse, settings.checkpoint)
     for name in STATE_TABLES + APPEND_TABLES + ("responses",):
         warehouse.create_if_missing(name, table_arrow_schema(name))
