@@ -12,10 +12,11 @@ import json
 import os
 import random
 import sys
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from kraftlake import streaming, uuids
 from kraftlake.ingest import ingest_source
@@ -264,6 +265,15 @@ def controller_command(warehouse: Path, batch: int) -> list[str]:
 def controller_env() -> dict[str, str]:
     path = os.pathsep.join(p for p in [str(REPO_ROOT / "lib"), os.environ.get("PYTHONPATH")] if p)
     return {**os.environ, "PYTHONPATH": path, "PYSPARK_PYTHON": sys.executable}
+
+
+def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def committed_batches(checkpoint: Path) -> list[int]:

@@ -14,17 +14,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from argparse import Namespace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
 
 import pytest
 from pyspark.sql import SparkSession
 
 from controller_scenarios import RequestLog, core_tables, ingest, isr_change, logged_events, new_topic, spark_tables
-from streaming_helpers import committed_batches, controller_command, controller_env, run_controller
+from streaming_helpers import committed_batches, controller_command, controller_env, run_controller, wait_for
 from kraftlake.config import config_from_args
 from kraftlake.ingest import ingest_source
 from kraftlake.runtime import kafka_configs, register_views
@@ -256,15 +254,6 @@ def _end_offset(checkpoint: Path, batch: int) -> int:
     return json.loads(last)["offset"]
 
 
-def _wait_for(condition: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_sigkill_in_the_middle_of_a_reassignment_then_restart(spark: SparkSession, tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     log, at = kill_log()
@@ -284,7 +273,7 @@ def test_sigkill_in_the_middle_of_a_reassignment_then_restart(spark: SparkSessio
         process = subprocess.Popen(controller_command(killed, KILL_BATCH), cwd=REPO_ROOT, env=controller_env(), stdout=out,
                                    stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            assert _wait_for(lambda: started() or process.poll() is not None, 180) and process.poll() is None, (
+            assert wait_for(lambda: started() or process.poll() is not None, 180) and process.poll() is None, (
                 f"expected the controller running past the start (exit {process.poll()}):\n"
                 f"{output.read_text()[-4000:]}")
             os.killpg(process.pid, signal.SIGKILL)

@@ -13,9 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
-from typing import Callable
 
 import pyarrow.compute as pc
 import pytest
@@ -38,6 +36,7 @@ from streaming_helpers import (
     committed_batches,
     controller_command,
     controller_env,
+    wait_for,
     logged_events,
     reference_tables,
     run_controller,
@@ -220,15 +219,6 @@ def _sink_ahead_of_checkpoint(warehouse: Path, checkpoint: Path) -> bool:
     return any((tables.txn_version(name, app_id) or -1) > done[-1] for name in TABLES if tables.exists(name))
 
 
-def _wait_for(condition: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_sigkill_mid_run_then_restart_ends_as_an_uninterrupted_run(spark: SparkSession, tmp_path: Path) -> None:
     log = generate_log(seed=3, size=KILL_LOG_SIZE)
     source = write_jsonl(log.events, tmp_path / "log.jsonl")
@@ -242,12 +232,12 @@ def test_sigkill_mid_run_then_restart_ends_as_an_uninterrupted_run(spark: SparkS
         process = subprocess.Popen(controller_command(killed, KILL_BATCH), cwd=REPO_ROOT, env=controller_env(), stdout=out,
                                    stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            committed = _wait_for(lambda: bool(committed_batches(checkpoint)) or process.poll() is not None, 180)
+            committed = wait_for(lambda: bool(committed_batches(checkpoint)) or process.poll() is not None, 180)
             assert committed and process.poll() is None, (
                 f"expected the controller to be running with a committed batch (exit {process.poll()}):\n"
                 f"{output.read_text()[-4000:]}")
             # best effort: aim between a sink commit and the checkpoint's; any kill point must be safe
-            _wait_for(lambda: _sink_ahead_of_checkpoint(killed, checkpoint) or process.poll() is not None, 10)
+            wait_for(lambda: _sink_ahead_of_checkpoint(killed, checkpoint) or process.poll() is not None, 10)
             assert process.poll() is None, f"the controller finished before the kill:\n{output.read_text()[-4000:]}"
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(30)

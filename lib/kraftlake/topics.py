@@ -16,7 +16,7 @@ import hashlib
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Callable, Hashable, Iterable, Iterator, Mapping, TypeVar
 
 from kraftlake import uuids
 from kraftlake.decisions import Context, Decision, error_code, record, response
@@ -31,6 +31,8 @@ from kraftlake.elections import (
 )
 from kraftlake.image import CONFIG_TOPIC, ClusterImage, normalize_uuid
 from kraftlake.replication import struct_defaults
+
+T = TypeVar("T")
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
@@ -275,6 +277,16 @@ def _duplicates(names: list[str]) -> set[str]:
     return {n for n in names if n in seen or seen.add(n)}
 
 
+def _first_of_each(items: Iterable[T], key: Callable[[T], Hashable]) -> Iterator[T]:
+    """Each entry once: a name (or id) repeated in one request is answered once, by its first entry."""
+    seen: set[Hashable] = set()
+    for item in items:
+        k = key(item)
+        if k not in seen:
+            seen.add(k)
+            yield item
+
+
 # --- CreateTopics ---------------------------------------------------------------------------------
 
 def _topic_partitions(image: ClusterImage, topic: dict, placer: StripedPlacer,
@@ -326,12 +338,9 @@ def create_topics(image: ClusterImage, request: dict, ctx: Context) -> Decision:
     duplicates = _duplicates(names)
     placer = StripedPlacer(image, random.Random(ctx.offset))
     taken = set(image.topics)
-    records, results, answered = [], [], set()
-    for topic in body["Topics"]:
+    records, results = [], []
+    for topic in _first_of_each(body["Topics"], lambda t: t["Name"]):
         name = topic["Name"]
-        if name in answered:
-            continue
-        answered.add(name)
         topic_id = image.topic_ids.get(name) or new_topic_id(name, ctx.offset, taken)
         taken.add(topic_id)
         result = {**struct_defaults("CreateTopicsResponse", "Topics"), "Name": name, "ErrorMessage": None}
@@ -400,12 +409,9 @@ def create_partitions(image: ClusterImage, request: dict, ctx: Context) -> Decis
     version, body = request["version"], request["data"]
     duplicates = _duplicates([t["Name"] for t in body["Topics"]])
     placer = StripedPlacer(image, random.Random(ctx.offset))
-    records, results, answered = [], [], set()
-    for topic in body["Topics"]:
+    records, results = [], []
+    for topic in _first_of_each(body["Topics"], lambda t: t["Name"]):
         name = topic["Name"]
-        if name in answered:
-            continue
-        answered.add(name)
         topic_id = image.topic_ids.get(name)
         if topic_id is not None and not ctx.owns(topic_id):
             continue
@@ -465,11 +471,8 @@ def delete_topics(image: ClusterImage, request: dict, ctx: Context) -> Decision:
     dup_names = _duplicates([n for n, i in targets if n is not None and i == uuids.ZERO_UUID])
     dup_ids = _duplicates([i for n, i in targets if n is None and i != uuids.ZERO_UUID])
     enabled = str(ctx.config.get("delete.topic.enable", "true")).strip().lower() == "true"
-    records, results, answered = [], [], set()
-    for target in targets:
-        if target in answered:
-            continue
-        answered.add(target)
+    records, results = [], []
+    for target in _first_of_each(targets, lambda t: t):
         name, topic_id, error, message = _deletion(image, *target, dup_names, dup_ids, enabled, version)
         if topic_id in image.topics and not ctx.owns(topic_id):
             continue
