@@ -27,7 +27,7 @@ import pyarrow.fs as pafs
 
 from kraftlake.schemas import StructSpec, metadata_log_schema, registry, table_arrow_schema
 from kraftlake.shards import KEYS, SKIPPED, TOPIC_SCOPED, Output, ShardState, merged_responses, step
-from kraftlake.tables import controller_log_schema, controller_log_to_arrow
+from kraftlake.tables import FIXED_COLUMNS, controller_log_schema, controller_log_to_arrow
 from kraftlake.storage import Warehouse
 
 STATE_TABLES = ("brokers", "topics", "configs", "partitions")
@@ -49,7 +49,8 @@ class ControllerSettings:
 
 
 def _with_nulls(spec: StructSpec, data: dict) -> dict:
-    """Spark's JSON of a struct leaves out nothing with ignoreNullFields=false, but bytes come as base64."""
+    """The payload as replay expects it: every field present (Spark's JSON omits a nested struct's
+    absent fields) and bytes as bytes (Spark's JSON carries them as base64)."""
     out = {}
     for f in spec.fields:
         value = data.get(f.name)
@@ -76,9 +77,7 @@ def routed_events(spark_df: Any, shards: int) -> Any:
     from pyspark.sql import functions as F
 
     present = set(spark_df.columns)
-    payload_columns = [f.name for f in metadata_log_schema() if f.name in present and
-                       f.name not in ("offset", "leader_epoch", "timestamp", "type", "version", "source",
-                                      "position")]
+    payload_columns = [f.name for f in metadata_log_schema() if f.name in present and f.name not in FIXED_COLUMNS]
     options = {"ignoreNullFields": "false"}
     payload = F.coalesce(*[F.to_json(F.col(c), options) for c in payload_columns]) if payload_columns \
         else F.lit(None).cast("string")
