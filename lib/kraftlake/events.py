@@ -17,10 +17,12 @@ from typing import Any, Iterator
 
 from kraftlake import uuids
 from kraftlake.codec.logdir import RAW_LIMIT, Item, Rejection
-from kraftlake.schemas import INT_RANGES, FieldSpec, MessageSpec, StructSpec, registry, table_avro
+from kraftlake.schemas import (INT_RANGES, QUORUM_TRAFFIC, FieldSpec, MessageSpec, StructSpec, is_event_type,
+                               registry, table_avro)
+from kraftlake.tables import ENVELOPE_COLUMNS
 
-EVENT_KINDS = ("metadata", "control", "request")
-EVENT_KEYS = {"type", "version", "timestamp", "data", "offset", "leader_epoch"}
+
+EVENT_KEYS = {"type", "version", "timestamp", "data", "offset", "leader_epoch", *ENVELOPE_COLUMNS}
 
 
 class EventError(ValueError):
@@ -130,7 +132,7 @@ def validate_event(obj: Any) -> dict:
         raise EventError(f"unknown event key(s) {', '.join(extra)} (allowed: {', '.join(sorted(EVENT_KEYS))})")
     type_ = obj.get("type")
     spec: MessageSpec | None = registry().by_name.get(type_) if isinstance(type_, str) else None
-    if spec is None or spec.kind not in EVENT_KINDS:
+    if spec is None or not is_event_type(spec):
         raise EventError(f"unknown event type {type_!r}", "INVALID_RECORD")
     version = obj.get("version", spec.valid_versions.high)
     if not _is_int(version) or version not in spec.valid_versions:
@@ -151,11 +153,18 @@ def validate_event(obj: Any) -> dict:
         leader_epoch = obj.get("leader_epoch", -1)
         if not _is_int(leader_epoch):
             raise EventError(f"leader_epoch must be an integer, got {leader_epoch!r}")
+        envelope = {name: obj[name] for name in ENVELOPE_COLUMNS if obj.get(name) is not None}
+        for name, value in envelope.items():
+            if not _is_int(value) or not INT_RANGES["int32"][0] <= value <= INT_RANGES["int32"][1]:
+                raise EventError(f"{name} must be an int32, got {value!r}")
+        if spec.name in QUORUM_TRAFFIC and "destination_id" not in envelope:
+            raise EventError(f"{type_} is quorum traffic: it needs the destination_id of the replica that "
+                             "handles it")
     except EventError as exc:
         exc.type, exc.version = type_, version
         raise
     return {"offset": offset, "leader_epoch": leader_epoch, "timestamp": timestamp, "type": type_,
-            "version": version, "data": checked}
+            "version": version, "data": checked, **envelope}
 
 
 def _rejection(source: str, position: int, raw: bytes, exc: EventError, offset: Any = None,

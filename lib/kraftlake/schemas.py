@@ -231,10 +231,24 @@ class Registry:
         return name in self.by_name
 
     def event_types(self) -> list[MessageSpec]:
-        """The types a ``metadata_log`` row can hold: records, control records and requests."""
-        kinds = ("metadata", "control", "request")
-        return sorted((m for m in self.by_name.values() if m.kind in kinds),
+        """The types a ``metadata_log`` row can hold: records, control records, requests, and the quorum's
+        traffic (the responses a replica receives and its lifecycle, ``schemas/quorum``)."""
+        kinds = ("metadata", "control", "request", "response", "lifecycle")
+        return sorted((m for m in self.by_name.values() if is_event_type(m)),
                       key=lambda m: (kinds.index(m.kind), m.name))
+
+
+# Responses that are themselves inputs: a replica of the metadata quorum receives them from its peers.
+# Other responses only ever come out of the controller (the ``responses`` table).
+QUORUM_RESPONSES = frozenset({"VoteResponse", "BeginQuorumEpochResponse", "EndQuorumEpochResponse", "FetchResponse"})
+# The metadata quorum's traffic (KIP-595): handled by the quorum's replicas, never by the controller.
+QUORUM_TRAFFIC = QUORUM_RESPONSES | {"VoteRequest", "BeginQuorumEpochRequest", "EndQuorumEpochRequest",
+                                     "FetchRequest", "DescribeQuorumRequest", "AlterQuorumRequest",
+                                     "ReplicaStartup", "ReplicaShutdown"}
+
+
+def is_event_type(message: MessageSpec) -> bool:
+    return message.kind in ("metadata", "control", "request", "lifecycle") or message.name in QUORUM_RESPONSES
 
 
 def schema_dir() -> Path | resources.abc.Traversable:

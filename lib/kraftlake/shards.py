@@ -22,14 +22,15 @@ from kraftlake.decisions import Context
 from kraftlake.image import BrokerRegistration, ClusterImage, PartitionRegistration
 from kraftlake.replay import replay
 from kraftlake.replication import balance_partition_leaders
-from kraftlake.schemas import error_codes, registry
+from kraftlake.schemas import QUORUM_TRAFFIC, error_codes, registry
 
 # Records that concern one topic's partitions, by the topic's id; every other event is broadcast,
 # TopicRecord and RemoveTopicRecord included: every shard knows every topic's name (topic configs are
 # keyed by name, and shard 0 must see a removal to drop them), only the owner holds its partitions.
 TOPIC_SCOPED = {"PartitionRecord": "TopicId", "PartitionChangeRecord": "TopicId"}
-# Events that change nothing a shard holds: filtered out before the shuffle.
-SKIPPED = frozenset({"NoOpRecord"})
+# Events that change nothing a shard holds: filtered out before the shuffle. The quorum's traffic is the
+# quorum query's (``quorum_stream``), not the controller's.
+SKIPPED = frozenset({"NoOpRecord"}) | QUORUM_TRAFFIC
 MARKERS = frozenset({"EndTransactionRecord", "SnapshotFooterRecord"})
 
 

@@ -14,7 +14,9 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 from kraftlake.codec.logdir import Rejection
 from kraftlake.schemas import metadata_log_schema, table_arrow_schema
 
-FIXED_COLUMNS = ("offset", "leader_epoch", "timestamp", "type", "version", "source", "position")
+# The envelope of the quorum's traffic (KIP-595 messages between replicas); null on every other event.
+ENVELOPE_COLUMNS = ("source_id", "destination_id", "correlation_id")
+FIXED_COLUMNS = ("offset", "leader_epoch", "timestamp", "type", "version", "source", "position", *ENVELOPE_COLUMNS)
 
 
 def events_to_arrow(events: Sequence[dict], schema: pa.Schema | None = None) -> pa.RecordBatch:
@@ -33,6 +35,7 @@ def events_to_arrow(events: Sequence[dict], schema: pa.Schema | None = None) -> 
         "version": pa.array([e["version"] for e in events], pa.int16()),
         "source": pa.array([e.get("source") for e in events], pa.string()),
         "position": pa.array([e.get("position") for e in events], pa.int64()),
+        **{name: pa.array([e.get(name) for e in events], pa.int32()) for name in ENVELOPE_COLUMNS},
     }
     rows_by_type: dict[str, list[int]] = {}
     for index, event in enumerate(events):
@@ -77,7 +80,8 @@ def rows_to_events(table: pa.Table) -> list[dict]:
         out.append({"offset": row["offset"], "leader_epoch": row["leader_epoch"],
                     "timestamp": row["timestamp"], "type": type_,
                     "version": row["version"], "data": row.get(type_) or {}, "source": row["source"],
-                    "position": row["position"]})
+                    "position": row["position"],
+                    **{name: row.get(name) for name in ENVELOPE_COLUMNS if row.get(name) is not None}})
     return out
 
 
