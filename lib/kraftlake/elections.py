@@ -16,9 +16,9 @@ change never leaves the ISR empty, and an ELR found in the image is cleared.
 from __future__ import annotations
 
 import enum
+import functools
 from typing import Callable, Mapping, Sequence
 
-from kraftlake.decisions import record
 from kraftlake.image import (
     CONFIG_TOPIC,
     DIR_MIGRATING,
@@ -27,6 +27,7 @@ from kraftlake.image import (
     ClusterImage,
     PartitionRegistration,
 )
+from kraftlake.schemas import registry
 
 RECOVERED, RECOVERING = 0, 1  # LeaderRecoveryState
 
@@ -105,22 +106,52 @@ def _complete_reassignment(replicas: list[int], isr: list[int], removing: list[i
 def _elect(partition: PartitionRegistration, replicas: list[int], isr: list[int], eligible: Eligible,
            election: Election) -> tuple[int, bool]:
     """(leader, unclean). The current leader is kept while it may lead, so that an ISR change or a
-    failover elsewhere never moves leadership needlessly; PREFERRED asks for the first replica first."""
-    def can_lead(replica: int) -> bool:
-        return replica in isr and eligible(replica)
-
-    if election is Election.PREFERRED and replicas and can_lead(replicas[0]):
-        return replicas[0], False
-    if can_lead(partition.leader):
-        return partition.leader, False
+    failover elsewhere never moves leadership needlessly; PREFERRED asks for the first replica first.
+    (A replica can lead when it is in ``isr`` and eligible; the tests are inlined: this runs once per
+    partition of a failover.)"""
+    if election is Election.PREFERRED and replicas:
+        first = replicas[0]
+        if first in isr and eligible(first):
+            return first, False
+    leader = partition.leader
+    if leader in isr and eligible(leader):
+        return leader, False
     for replica in replicas:
-        if can_lead(replica):
+        if replica in isr and eligible(replica):
             return replica, False
     if election is Election.UNCLEAN:
         for replica in replicas:
             if eligible(replica):
                 return replica, True
     return NO_LEADER, False
+
+
+@functools.lru_cache(maxsize=None)
+def _change_record_template(version: int | None) -> tuple[int, dict, tuple[str, ...]]:
+    """(version, Kafka's defaults, the fields whose default is a mutable list) of PartitionChangeRecord:
+    what ``decisions.record`` computes per call, computed once (a failover writes one per partition)."""
+    spec = registry()["PartitionChangeRecord"]
+    defaults = spec.defaults()
+    return (spec.valid_versions.high if version is None else version, defaults,
+            tuple(k for k, v in defaults.items() if isinstance(v, list)))
+
+
+def _change_record(data: dict, version: int | None) -> dict:
+    """``decisions.record("PartitionChangeRecord", data, version)``, without re-deriving the defaults."""
+    version, defaults, mutable = _change_record_template(version)
+    full = {**defaults, **data}
+    for key in mutable:
+        if key not in data:
+            full[key] = list(defaults[key])
+    return {"type": "PartitionChangeRecord", "version": version, "data": full}
+
+
+def _same_directories(partition: PartitionRegistration, target_replicas: list[int]) -> bool:
+    """Whether the directories computed for unchanged replicas are the partition's own: each replica
+    placed once, in a known directory. (The general rule in ``change_partition`` gives the same then.)"""
+    replicas, directories = partition.replicas, partition.directories
+    return (len(target_replicas) == len(replicas) == len(directories) and all(directories)
+            and tuple(target_replicas) == replicas and len(set(replicas)) == len(replicas))
 
 
 def change_partition(partition: PartitionRegistration, eligible: Eligible, *,
@@ -143,10 +174,12 @@ def change_partition(partition: PartitionRegistration, eligible: Eligible, *,
     target_replicas = list(partition.replicas if replicas is None else replicas)
     target_removing = list(partition.removing_replicas if removing is None else removing)
     target_adding = list(partition.adding_replicas if adding is None else adding)
-    completed = _complete_reassignment(target_replicas, target_isr, target_removing, target_adding)
-    if completed is not None:
-        target_replicas, target_isr = completed
-        target_removing, target_adding = [], []
+    if target_removing or target_adding:
+        completed = _complete_reassignment(target_replicas, target_isr, target_removing, target_adding)
+        if completed is not None:
+            target_replicas, target_isr = completed
+            target_removing, target_adding = [], []
+    same_replicas = tuple(target_replicas) == partition.replicas
 
     data: dict = {"TopicId": partition.topic_id, "PartitionId": partition.partition_id}
     leader, unclean = _elect(partition, target_replicas, target_isr, eligible, election)
@@ -157,23 +190,23 @@ def change_partition(partition: PartitionRegistration, eligible: Eligible, *,
             data["Isr"] = [leader]
             if partition.leader_recovery_state != RECOVERING and supports(mv, MV_LEADER_RECOVERY):
                 data["LeaderRecoveryState"] = RECOVERING
-    elif not set(partition.replicas) <= set(target_replicas):
+    elif not same_replicas and not set(partition.replicas) <= set(target_replicas):
         # A replica leaving the assignment must see a new leader epoch to stop fetching.
         data["Leader"] = partition.leader
     if partition.elr:
         data["EligibleLeaderReplicas"] = []
-    if "Isr" not in data and target_isr and target_isr != list(partition.isr):
+    if "Isr" not in data and target_isr and tuple(target_isr) != partition.isr:
         data["Isr"] = target_isr
         if ("Leader" not in data and not supports(mv, MV_NO_EPOCH_BUMP_ON_ISR_SHRINK)
                 and not set(partition.isr) <= set(target_isr)):
             data["Leader"] = partition.leader  # brokers before 3.6 needed an epoch bump on a shrink
     if target_replicas:
-        if supports(mv, MV_DIRECTORIES):
+        if supports(mv, MV_DIRECTORIES) and not _same_directories(partition, target_replicas):
             placed = dict(zip(partition.replicas, partition.directories))
             directories = [placed.get(r) or new_replica_dir(r) for r in target_replicas]
             if directories != list(partition.directories):
                 data["Directories"] = directories
-        if target_replicas != list(partition.replicas):
+        if not same_replicas:
             data["Replicas"] = target_replicas
     if target_removing != list(partition.removing_replicas):
         data["RemovingReplicas"] = target_removing
@@ -183,4 +216,4 @@ def change_partition(partition: PartitionRegistration, eligible: Eligible, *,
         data["LeaderRecoveryState"] = leader_recovery_state
     if len(data) == 2:
         return None
-    return record("PartitionChangeRecord", data, partition_record_version(mv))
+    return _change_record(data, partition_record_version(mv))
