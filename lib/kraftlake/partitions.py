@@ -118,9 +118,9 @@ def merge(before: PartitionRegistration, data: dict, offset: int, timestamp: int
     """
     new_replicas = data["Replicas"]
     replicas = before.replicas if new_replicas is None else tuple(new_replicas)
-    record_directories = _directories(data["Directories"])
+    record_directories = data["Directories"]
     if record_directories:
-        directories = record_directories
+        directories = _directories(record_directories)
     elif new_replicas is not None:
         # Replicas that stay keep their directory; new ones are not placed yet.
         placed = dict(zip(before.replicas, before.directories))
@@ -145,24 +145,22 @@ def merge(before: PartitionRegistration, data: dict, offset: int, timestamp: int
     else:
         leader_epoch = before.leader_epoch + 1
 
-    def changed(key: str, current: tuple[int, ...]) -> tuple[int, ...]:
-        value = data[key]
-        return current if value is None else tuple(value)
-
+    # Positional, in field order, lists read in the order of the fields (as before): this runs once per
+    # partition of a failover.
     return PartitionRegistration(
-        topic_id=before.topic_id,
-        partition_id=before.partition_id,
-        replicas=replicas,
-        isr=changed("Isr", before.isr),
-        removing_replicas=changed("RemovingReplicas", before.removing_replicas),
-        adding_replicas=changed("AddingReplicas", before.adding_replicas),
-        leader=leader,
-        leader_recovery_state=leader_recovery_state,
-        leader_epoch=leader_epoch,
-        partition_epoch=before.partition_epoch + 1,
-        elr=changed("EligibleLeaderReplicas", before.elr),
-        last_known_elr=changed("LastKnownElr", before.last_known_elr),
-        directories=directories,
-        last_offset=offset,
-        last_timestamp=timestamp,
+        before.topic_id,
+        before.partition_id,
+        replicas,
+        before.isr if data["Isr"] is None else tuple(data["Isr"]),
+        before.removing_replicas if data["RemovingReplicas"] is None else tuple(data["RemovingReplicas"]),
+        before.adding_replicas if data["AddingReplicas"] is None else tuple(data["AddingReplicas"]),
+        leader,
+        leader_recovery_state,
+        leader_epoch,
+        before.partition_epoch + 1,
+        before.elr if data["EligibleLeaderReplicas"] is None else tuple(data["EligibleLeaderReplicas"]),
+        before.last_known_elr if data["LastKnownElr"] is None else tuple(data["LastKnownElr"]),
+        directories,
+        offset,
+        timestamp,
     )
