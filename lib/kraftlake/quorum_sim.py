@@ -1,8 +1,9 @@
 """A deterministic, seeded simulation of a KRaft metadata quorum (KIP-595) in event time.
 
-N voters (and M observers) run ``kraftlake.raft.RaftNode`` over a network that loses, delays, duplicates and reorders
-messages, is partitioned and healed, and whose nodes crash and restart from their durable state (the
-``quorum-state`` file and the log).  After every step the checker asserts Raft's safety properties:
+N voters (and M observers) run as ``kraftlake.quorum.Replica`` over a network that loses, delays,
+duplicates and reorders messages, is partitioned and healed, and whose replicas crash, shut down
+gracefully (a leader resigns with EndQuorumEpoch) and restart from their durable state (the
+``quorum-state`` file and the log). After every step the checker asserts Raft's safety properties:
 
 - election safety: at most one leader per epoch;
 - log matching: two logs with an entry of the same epoch at the same offset agree on everything up to it;
@@ -10,18 +11,27 @@ messages, is partitioned and healed, and whose nodes crash and restart from thei
 - committed entries are never lost: each node's log below its high watermark is the committed prefix;
 - the high watermark of a node (per incarnation) never goes backwards.
 
+Everything a replica receives is recorded as a ``metadata_log`` event (``traffic``): the messages
+delivered to it, at the time they arrive, and its ReplicaStartup / ReplicaShutdown. The simulation is
+event-driven: messages are delivered at their arrival time and timers fire at their exact deadlines
+(timers first on a tie), which is exactly how ``Replica.apply`` catches a replica up before each event;
+so replaying ``traffic`` through ``quorum.replay_quorum`` (or the streaming job) rebuilds every
+replica as it was here.
+
 The same seed always gives the same run: one ``random.Random(seed)`` drives the network and the faults,
 and every node's jitter comes from its own RNG seeded by (seed, node id).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import random
 from dataclasses import dataclass, field
 
-from kraftlake.raft import LEADER, LogEntry, RaftConfig, RaftLog, RaftNode
+from kraftlake.quorum import Replica, traffic_event
+from kraftlake.raft import LEADER, LogEntry, RaftConfig
+
+START_MS = 1_763_550_000_000  # event time of the simulation's first instant
 
 
 @dataclass(frozen=True)
@@ -38,12 +48,12 @@ class SimConfig:
     partition_ms: int = 3_000  # mean length of one
     crash_every_ms: int = 6_000  # mean time between crashes
     down_ms: int = 2_000  # mean downtime
-    append_every_ms: int = 50
-    resign_every_ms: int = 8_000  # mean time between graceful resignations of a leader (EndQuorumEpoch)
+    resign_every_ms: int = 8_000  # mean time between graceful shutdowns of the leader (EndQuorumEpoch)
+    alter_every_ms: int = 0  # mean time between AlterQuorum requests (0: the voters never change)
     log_check_every_ms: int = 100  # log matching is checked every this often (it is quadratic)
-    raft: RaftConfig = field(default_factory=lambda: RaftConfig(cluster_id="sim", election_timeout_ms=500,
-                                                                election_backoff_max_ms=500, fetch_timeout_ms=1000,
-                                                                request_timeout_ms=300))
+    raft: RaftConfig = field(default_factory=lambda: RaftConfig(
+        cluster_id="sim", election_timeout_ms=500, election_backoff_max_ms=500, fetch_timeout_ms=1000,
+        request_timeout_ms=300, append_interval_ms=50))
 
 
 @dataclass
@@ -60,11 +70,16 @@ class SimResult:
     leaders: dict[int, int]  # epoch -> leader
     committed: int  # length of the committed prefix at the end
     messages: int
-    events: list[dict]
+    events: list[dict]  # quorum_events rows, as the replicas reported them
+    traffic: list[dict]  # every event a replica received, in delivery order (offsets from 0)
+    replicas: dict[int, Replica]
 
     @property
     def ok(self) -> bool:
         return not self.violations
+
+
+ADMIN = -1  # the source of AlterQuorum and DescribeQuorum requests: a client, not a replica
 
 
 class Simulation:
@@ -73,28 +88,30 @@ class Simulation:
         self.rng = random.Random(seed)
         self.voter_ids = tuple(range(1, config.voters + 1))
         self.ids = tuple(range(1, config.voters + config.observers + 1))
-        self.raft_cfg = dataclasses.replace(config.raft, seed=seed)
-        self.nodes: dict[int, RaftNode] = {i: RaftNode(i, self.voter_ids, self.raft_cfg) for i in self.ids}
+        self.properties = {"kraftlake.quorum.fetch.interval.ms": str(config.raft.fetch_interval_ms),
+                           "kraftlake.quorum.fetch.max.records": str(config.raft.fetch_max_records),
+                           "kraftlake.quorum.unsafe.grant.any.vote": str(config.raft.unsafe_grant_any_vote).lower()}
+        self.replicas: dict[int, Replica] = {i: Replica(i) for i in self.ids}
         self.down: dict[int, int] = {}  # node -> restart time
-        self.saved: dict[int, tuple[dict, list[LogEntry]]] = {}
         self.group: dict[int, int] = {i: 0 for i in self.ids}
         self.heal_at: int | None = None
         self.queue: list[tuple[int, int, dict]] = []
         self.seq = 0
+        self.traffic: list[dict] = []
         self.violations: list[Violation] = []
         self.leaders: dict[int, int] = {}
         self.committed: list[LogEntry] = []
         self.commit_epoch: list[int] = []  # the epoch in which each committed offset was first seen committed
         self.hw_seen: dict[int, int] = {}
-        self.appended = 0
         self.messages = 0
         self.events: list[dict] = []
-        self.seen_events: dict[int, int] = {}
         self.checked: dict[int, tuple] = {}  # node -> what its log and hw were when last checked
 
     # ----------------------------------------------------------------------------------- network
     def _send(self, msgs: list[dict], now: int) -> None:
         for m in msgs:
+            if m["destination"] == ADMIN:
+                continue  # answers to the admin client: the replay's responses table has them
             self.messages += 1
             if self.rng.random() < self.cfg.loss:
                 continue
@@ -105,75 +122,128 @@ class Simulation:
                 heapq.heappush(self.queue, (at, self.seq, m))
 
     def _reachable(self, a: int, b: int) -> bool:
+        if a == ADMIN:
+            return b not in self.down
         return a not in self.down and b not in self.down and self.group[a] == self.group[b]
 
+    def _deliver(self, replica_id: int, event: dict) -> None:
+        """Record the event as traffic and hand it to the replica, as a replay will."""
+        event = {**event, "offset": len(self.traffic), "leader_epoch": -1, "destination_id": replica_id}
+        self.traffic.append(event)
+        rows, sent = self.replicas[replica_id].apply(event, self.properties)
+        for table, row in rows:
+            if table == "quorum_events":
+                self.events.append(row)
+                if row["event"] == "leader_elected":
+                    other = self.leaders.setdefault(row["epoch"], replica_id)
+                    if other != replica_id:
+                        self._violate(row["timestamp"], "election_safety",
+                                      f"epoch {row['epoch']}: leaders {other} and {replica_id}")
+        self._send(sent, event["timestamp"])
+
+    def _lifecycle(self, replica_id: int, now: int, type_: str, **data: object) -> None:
+        self._deliver(replica_id, {"type": type_, "version": 0, "timestamp": now, "source_id": None,
+                                   "data": {"ReplicaId": replica_id, **data}})
+
+    def _start(self, replica_id: int, now: int) -> None:
+        raft = self.cfg.raft
+        self._lifecycle(replica_id, now, "ReplicaStartup", ClusterId=raft.cluster_id, Voters=list(self.voter_ids),
+                        JitterSeed=self.seed, Configs=[{"Name": k, "Value": v} for k, v in
+                                                       sorted(raft.kafka_configs().items())])
+        self.hw_seen[replica_id] = self.replicas[replica_id].node.high_watermark
+        self.checked.pop(replica_id, None)
+
+    def _leader(self) -> int | None:
+        live = [(r.node.epoch, i) for i, r in self.replicas.items()
+                if i not in self.down and r.node is not None and r.node.state == LEADER]
+        return max(live)[1] if live else None
+
     def _faults(self, now: int) -> None:
-        step = self.cfg.step_ms
+        step, cfg = self.cfg.step_ms, self.cfg
         if self.heal_at is not None and now >= self.heal_at:
             self.group = {i: 0 for i in self.ids}
             self.heal_at = None
-        elif self.heal_at is None and self.rng.random() < step / self.cfg.partition_every_ms:
+        elif self.heal_at is None and self.rng.random() < step / cfg.partition_every_ms:
             self.group = {i: self.rng.randrange(2) for i in self.ids}
-            self.heal_at = now + self.rng.randint(1, 2 * self.cfg.partition_ms)
-        for i, back in list(self.down.items()):
+            self.heal_at = now + self.rng.randint(1, 2 * cfg.partition_ms)
+        for i, back in sorted(self.down.items()):
             if now >= back:
-                durable, entries = self.saved.pop(i)
                 del self.down[i]
-                self.nodes[i] = RaftNode.restore(i, self.voter_ids, self.raft_cfg, RaftLog(entries), durable, now)
-                self.hw_seen[i] = self.nodes[i].high_watermark
-                self.seen_events[i] = 0
-                self.checked.pop(i, None)
-        if not self.down and self.rng.random() < step / self.cfg.crash_every_ms:
+                self._start(i, now)
+        if not self.down and self.rng.random() < step / cfg.crash_every_ms:
             i = self.rng.choice(self.ids)
-            n = self.nodes[i]
-            self.events.extend(n.events)
-            self.saved[i] = (n.durable_state(), list(n.log.entries))  # fsynced: quorum-state and log
-            self.down[i] = now + self.rng.randint(1, 2 * self.cfg.down_ms)
+            self._lifecycle(i, now, "ReplicaShutdown", Graceful=False)
+            self.down[i] = now + self.rng.randint(1, 2 * cfg.down_ms)
+        leader = self._leader()
+        if leader is not None and not self.down and self.rng.random() < step / cfg.resign_every_ms:
+            self._lifecycle(leader, now, "ReplicaShutdown", Graceful=True)
+            self.down[leader] = now + self.rng.randint(1, 2 * cfg.down_ms)
+        if cfg.alter_every_ms and self.rng.random() < step / cfg.alter_every_ms:
+            self._alter_quorum(now)
+
+    def _alter_quorum(self, now: int) -> None:
+        """An operator asks the node it believes leads for new voters: swap one voter for a non-voter,
+        add or remove one, or cancel (null)."""
+        target_node = self._leader() or self.rng.choice(self.ids)
+        node = self.replicas[target_node].node
+        voters = list(node.voters) if node is not None else list(self.voter_ids)
+        others = [i for i in self.ids if i not in voters]
+        roll = self.rng.random()
+        if roll < 0.25:
+            target = None
+        elif others and (roll < 0.75 or len(voters) <= 1):
+            target = sorted(set(voters) - {self.rng.choice(voters)} | {self.rng.choice(others)}) \
+                if roll < 0.6 else sorted(voters + [self.rng.choice(others)])
+        elif len(voters) > 1:
+            target = sorted(set(voters) - {self.rng.choice(voters)})
+        else:
+            return
+        msg = {"type": "AlterQuorumRequest", "source": ADMIN, "destination": target_node,
+               "data": {"TargetVoters": target}}
+        self._send([msg], now)
 
     # -------------------------------------------------------------------------------------- run
     def run(self) -> SimResult:
-        now = 0
-        next_append = self.cfg.append_every_ms
-        while now <= self.cfg.duration_ms:
+        now = START_MS
+        for i in self.ids:
+            self._start(i, now)
+        end_time = START_MS + self.cfg.duration_ms
+        while now <= end_time:
             self._faults(now)
-            while self.queue and self.queue[0][0] <= now:
-                _, _, m = heapq.heappop(self.queue)
-                if self._reachable(m["source"], m["destination"]):
-                    self._send(self.nodes[m["destination"]].handle(m, now), now)
-            for i in self.ids:
-                if i not in self.down:
-                    self._send(self.nodes[i].tick(now), now)
-                    if self.nodes[i].state == LEADER and \
-                            self.rng.random() < self.cfg.step_ms / self.cfg.resign_every_ms:
-                        self._send(self.nodes[i].resign(now), now)
-            if now >= next_append:
-                next_append = now + self.cfg.append_every_ms
-                for i in self.ids:
-                    n = self.nodes[i]
-                    if i not in self.down and n.state == LEADER:
-                        self.appended += 1
-                        n.append(f"{i}:{n.epoch}:{self.appended}", now)
+            self._until(now + self.cfg.step_ms)
             self._check(now)
             now += self.cfg.step_ms
-        for n in self.nodes.values():
-            self.events.extend(n.events)
+        for i in self.ids:  # the tool's DescribeQuorum brings every live replica up to the end time
+            if i not in self.down:
+                self._deliver(i, {**traffic_event({"type": "DescribeQuorumRequest", "source": ADMIN,
+                                                   "destination": i, "data": {}}, now), "source_id": ADMIN})
         return SimResult(self.seed, self.violations, dict(self.leaders), len(self.committed), self.messages,
-                         self.events)
+                         self.events, self.traffic, self.replicas)
+
+    def _until(self, end: int) -> None:
+        """Deliver the messages and fire the timers that fall before ``end``, in time order (timers
+        first on a tie, as ``Replica.apply`` fires them before the event it is given)."""
+        while True:
+            deadlines = [(d, i) for i, r in self.replicas.items() if i not in self.down
+                         for d in (r.next_deadline(),) if d is not None and d < end]
+            timer = min(deadlines) if deadlines else None
+            arrival = self.queue[0][0] if self.queue and self.queue[0][0] < end else None
+            if timer is None and arrival is None:
+                return
+            if timer is not None and (arrival is None or timer[0] <= arrival):
+                self._send(self.replicas[timer[1]].advance(timer[0]), timer[0])
+                continue
+            at, _, m = heapq.heappop(self.queue)
+            if self._reachable(m["source"], m["destination"]):
+                self._deliver(m["destination"], traffic_event(m, at))
 
     # ---------------------------------------------------------------------------------- checker
     def _violate(self, now: int, rule: str, detail: str) -> None:
         self.violations.append(Violation(now, rule, detail))
 
     def _check(self, now: int) -> None:
-        live = {i: n for i, n in self.nodes.items() if i not in self.down}
-        for i, n in live.items():
-            new = n.events[self.seen_events.get(i, 0):]
-            self.seen_events[i] = len(n.events)
-            for e in new:
-                if e["event"] == "leader_elected":
-                    other = self.leaders.setdefault(e["epoch"], i)
-                    if other != i:
-                        self._violate(now, "election_safety", f"epoch {e['epoch']}: leaders {other} and {i}")
+        nodes = {i: r.node for i, r in self.replicas.items() if r.node is not None}
+        live = {i: n for i, n in nodes.items() if i not in self.down}
         # committed prefix: grows from any node's high watermark, which must agree with it
         for i, n in live.items():
             hw = n.high_watermark
@@ -205,10 +275,9 @@ class Simulation:
                         self._violate(now, "leader_completeness",
                                       f"leader {i} of epoch {n.epoch} misses offset {o}, committed in epoch {epoch}")
                         break
-        if now % self.cfg.log_check_every_ms:
+        if (now - START_MS) % self.cfg.log_check_every_ms:
             return
-        logs = [(i, n.log.entries) for i, n in live.items()] + \
-               [(i, saved[1]) for i, saved in self.saved.items()]
+        logs = [(i, n.log.entries) for i, n in nodes.items()]
         for x in range(len(logs)):
             for y in range(x + 1, len(logs)):
                 (i, a), (j, b) = logs[x], logs[y]
@@ -224,4 +293,4 @@ def simulate(seed: int, config: SimConfig = SimConfig()) -> SimResult:
     return Simulation(seed, config).run()
 
 
-__all__ = ["SimConfig", "SimResult", "Simulation", "Violation", "simulate"]
+__all__ = ["ADMIN", "START_MS", "SimConfig", "SimResult", "Simulation", "Violation", "simulate"]

@@ -41,6 +41,7 @@ FOLLOWER = "follower"
 RESIGNED = "resigned"
 
 NO_LEADER = -1
+NO_DIRECTORY = "AAAAAAAAAAAAAAAAAAAAAA"  # Uuid.ZERO_UUID: replica directories (KIP-853) are not modelled
 # KafkaRaftClient.RETRY_BACKOFF_BASE_MS: the unit of the election backoffs.
 RETRY_BACKOFF_BASE_MS = 100
 
@@ -60,7 +61,15 @@ _CONFIG_KEYS = {
     "fetch_timeout_ms": "controller.quorum.fetch.timeout.ms",
     "request_timeout_ms": "controller.quorum.request.timeout.ms",
     "retry_backoff_ms": "controller.quorum.retry.backoff.ms",
+    "append_interval_ms": "metadata.max.idle.interval.ms",
+    # not Kafka configs: how the sans-IO node stands in for the long poll, and the checker's test hook
+    "fetch_interval_ms": "kraftlake.quorum.fetch.interval.ms",
+    "fetch_max_records": "kraftlake.quorum.fetch.max.records",
+    "unsafe_grant_any_vote": "kraftlake.quorum.unsafe.grant.any.vote",
 }
+# The RaftConfig fields a ReplicaStartup records (Kafka's configs), so that a replay runs the same node.
+KAFKA_CONFIG_FIELDS = ("election_timeout_ms", "election_jitter_max_ms", "election_backoff_max_ms", "fetch_timeout_ms",
+                       "request_timeout_ms", "retry_backoff_ms", "append_interval_ms")
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,9 @@ class RaftConfig:
     fetch_interval_ms: int = 50
     fetch_max_records: int = 100
     check_quorum_timeout_factor: float = 1.5
+    # The active controller appends a NoOpRecord this often (Kafka's metadata.max.idle.interval.ms, 500 by
+    # default), so that the high watermark moves and followers see a live leader; None: no such appends.
+    append_interval_ms: int | None = None
     cluster_id: str | None = None
     seed: int = 0
     # Test hook for the simulator's checker: break "one vote per epoch" on purpose.
@@ -92,9 +104,14 @@ class RaftConfig:
         for name, key in _CONFIG_KEYS.items():
             for k in (key, key.removeprefix("controller.")):
                 if k in props:
-                    values[name] = int(props[k])
+                    values[name] = props[k].lower() == "true" if name == "unsafe_grant_any_vote" else int(props[k])
         values.update(overrides)
         return cls(**values)
+
+    def kafka_configs(self) -> dict[str, str]:
+        """The Kafka configs this node runs with, by Kafka's names (what a ReplicaStartup records)."""
+        values = {name: getattr(self, name) for name in KAFKA_CONFIG_FIELDS}
+        return {_CONFIG_KEYS[name]: str(v) for name, v in values.items() if v is not None}
 
 
 class LogEntry(NamedTuple):
@@ -127,6 +144,15 @@ class RaftLog:
 
     def truncate_to(self, offset: int) -> None:
         del self.entries[offset:]
+
+    def latest_voters(self) -> tuple[tuple[int, ...], int] | None:
+        """The voter set of the last VotersRecord in the log and its offset: a voter change takes effect
+        when it is appended, committed or not (KIP-853's rule, which the seed's AlterQuorum shares)."""
+        for offset in range(len(self.entries) - 1, -1, -1):
+            value = self.entries[offset].value
+            if isinstance(value, dict) and value.get("type") == "VotersRecord":
+                return tuple(sorted(v["VoterId"] for v in value["data"]["Voters"])), offset
+        return None
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) of the largest epoch <= ``epoch`` in the log (the leader epoch cache's
@@ -166,6 +192,20 @@ def message(type_: str, source: int, destination: int, **data: Any) -> dict:
     return {"type": type_, "source": source, "destination": destination, "data": data}
 
 
+def record(type_: str, data: dict, timestamp: int) -> dict:
+    """A log entry's value: a record with every field of its version 0, and its append time (which a
+    Kafka batch keeps, and which tells apart two entries of one epoch)."""
+    return {"type": type_, "data": data, "timestamp": timestamp}
+
+
+def voters_record(voters: Iterable[int], timestamp: int) -> dict:
+    """A VotersRecord control record (KIP-853's layout; directory ids and endpoints are not modelled)."""
+    return record("VotersRecord", {"Version": 0, "Voters": [
+        {"VoterId": v, "VoterDirectoryId": NO_DIRECTORY, "Endpoints": [],
+         "KRaftVersionFeature": {"MinSupportedVersion": 0, "MaxSupportedVersion": 1}} for v in sorted(voters)]},
+        timestamp)
+
+
 @dataclass
 class ReplicaProgress:
     """What the leader knows of a replica (``LeaderState.ReplicaState``)."""
@@ -188,9 +228,13 @@ class RaftNode:
     state: str = UNATTACHED
     high_watermark: int = 0
     events: list[dict] = field(default_factory=list)
+    # The seed's AlterQuorum: the voter set the leader is moving to, one voter at a time (None: no change).
+    target_voters: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         self.voters = tuple(sorted(self.voters))
+        self.bootstrap_voters = self.voters  # before any VotersRecord (Kafka: controller.quorum.voters)
+        self._refresh_voters()
         self._rng = random.Random(f"{self.config.seed}:{self.node_id}")
         self._deadline: int | None = None  # election timeout / fetch timeout / check quorum
         self._backoff_until: int | None = None  # candidate backing off before the next epoch
@@ -207,6 +251,7 @@ class RaftNode:
         self._cid = 0  # the last CorrelationId used
         self._fetch_cid: int | None = None  # the fetch in flight
         self._incoming_cid: int | None = None
+        self._next_append_ms: int | None = None
 
     # ------------------------------------------------------------------ construction / durable state
     @classmethod
@@ -215,7 +260,7 @@ class RaftNode:
         """A node restarting from its ``quorum-state`` (epoch, voted id, leader id) and its log, like
         ``QuorumState.initialize``: a former leader comes back resigned, a voter that voted comes back
         voted, a follower comes back following."""
-        node = cls(node_id, tuple(voters), config, log, epoch=durable.get("epoch", 0))
+        node = cls(node_id, tuple(voters), config, log, epoch=durable.get("epoch", 0))  # voters: the bootstrap set
         node._started = True
         leader = durable.get("leader_id", NO_LEADER)
         voted = durable.get("voted_for")
@@ -233,6 +278,46 @@ class RaftNode:
             node._become_unattached(node.epoch, now_ms)
         return node
 
+    # Private fields that are plain values, saved as they are by ``to_dict``.
+    _SCALARS = ("_deadline", "_backoff_until", "_retries", "_epoch_start_offset", "_next_begin_ms", "_next_fetch_ms",
+                "_started", "_cid", "_fetch_cid", "_next_append_ms")
+
+    def to_dict(self) -> dict:
+        """The whole node, durable and soft state, as JSON-able values: the streaming job keeps one per
+        replica in its state store, so a restarted query goes on exactly where it stopped. ``events``
+        are not part of it (the driver drains them)."""
+        version, internal, gauss = self._rng.getstate()
+        return {
+            "node_id": self.node_id, "bootstrap_voters": list(self.bootstrap_voters),
+            "log": [[e.epoch, e.value] for e in self.log.entries], "epoch": self.epoch,
+            "voted_for": self.voted_for, "leader_id": self.leader_id, "state": self.state,
+            "high_watermark": self.high_watermark,
+            "target_voters": None if self.target_voters is None else list(self.target_voters),
+            "rng": [version, list(internal), gauss],
+            "granted": sorted(self._granted), "rejected": sorted(self._rejected),
+            "check_quorum_fetchers": sorted(self._check_quorum_fetchers),
+            "preferred_successors": list(self._preferred_successors),
+            "progress": [[r, p.end_offset, p.last_fetch_ms, p.last_caught_up_ms, p.acknowledged]
+                         for r, p in sorted(self._progress.items())],
+            **{name: getattr(self, name) for name in self._SCALARS},
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], config: RaftConfig) -> RaftNode:
+        node = cls(d["node_id"], tuple(d["bootstrap_voters"]), config, RaftLog(LogEntry(*e) for e in d["log"]),
+                   epoch=d["epoch"], voted_for=d["voted_for"], leader_id=d["leader_id"], state=d["state"],
+                   high_watermark=d["high_watermark"],
+                   target_voters=None if d["target_voters"] is None else tuple(d["target_voters"]))
+        version, internal, gauss = d["rng"]
+        node._rng.setstate((version, tuple(internal), gauss))
+        node._granted, node._rejected = set(d["granted"]), set(d["rejected"])
+        node._check_quorum_fetchers = set(d["check_quorum_fetchers"])
+        node._preferred_successors = tuple(d["preferred_successors"])
+        node._progress = {r: ReplicaProgress(end, fetch, caught_up, ack) for r, end, fetch, caught_up, ack in d["progress"]}
+        for name in cls._SCALARS:
+            setattr(node, name, d[name])
+        return node
+
     def durable_state(self) -> dict:
         """What Kafka writes to the ``quorum-state`` file (and the log, separately)."""
         return {"epoch": self.epoch, "voted_for": self.voted_for, "leader_id": self.leader_id}
@@ -247,10 +332,21 @@ class RaftNode:
         return len(self.voters) // 2 + 1
 
     def next_deadline(self) -> int | None:
-        """The earliest event time at which ``tick`` may do something."""
-        times = [t for t in (self._deadline, self._backoff_until, self._next_fetch_ms) if t is not None]
-        if self.state == LEADER and self._unacknowledged():
-            times.append(self._next_begin_ms)
+        """The earliest event time at which ``tick`` does something: exact, so that a driver can tick a
+        node at its deadlines only and get the same run as one that ticks it all the time."""
+        if not self._started:
+            return None
+        s = self.state
+        if s == CANDIDATE:
+            timers = (self._backoff_until,) if self._backoff_until is not None else (self._deadline, self._next_fetch_ms)
+        elif s == FOLLOWER:
+            timers = (self._deadline, self._next_fetch_ms)
+        elif s == LEADER:
+            timers = (self._deadline, self._next_append_ms,
+                      self._next_begin_ms if self._unacknowledged() else None)
+        else:  # unattached, voted, resigned: a voter stands for election, an observer looks for the leader
+            timers = (self._deadline,) if self.is_voter else (self._next_fetch_ms,) if self.voters else ()
+        times = [t for t in timers if t is not None]
         return min(times) if times else None
 
     def replica_progress(self) -> dict[int, ReplicaProgress]:
@@ -296,8 +392,13 @@ class RaftNode:
         if self.state != LEADER:
             raise ValueError(f"node {self.node_id} is not the leader ({self.state})")
         offset = self.log.append(self.epoch, value)
+        self._refresh_voters()
         self._maybe_update_high_watermark(now_ms)
         return offset
+
+    def _refresh_voters(self) -> None:
+        latest = self.log.latest_voters()
+        self.voters = latest[0] if latest is not None else self.bootstrap_voters
 
     def resign(self, now_ms: int) -> list[dict]:
         """Graceful shutdown of the leader: EndQuorumEpoch to the voters, with the preferred successors
@@ -341,8 +442,15 @@ class RaftNode:
         if s == LEADER:
             if self._deadline is not None and now >= self._deadline:
                 # check quorum: no fetch from a majority within the fetch timeout -> zombie leader
-                self._event(now, "zombie_leader_detected")
+                self.note(now, "zombie_leader_detected")
                 self._become_resigned(now, (), out)
+                return
+            if self._next_append_ms is not None and now >= self._next_append_ms:
+                self.log.append(self.epoch, record("NoOpRecord", {}, now))
+                self._next_append_ms = now + self.config.append_interval_ms
+                self._maybe_update_high_watermark(now)
+            self._maybe_change_voters(now, out)
+            if self.state != LEADER:
                 return
             if now >= self._next_begin_ms and self._unacknowledged():
                 for v in self._unacknowledged():
@@ -356,7 +464,7 @@ class RaftNode:
             elif self._deadline is not None and now >= self._deadline:
                 self._backoff_until = now + self._binary_exponential_backoff()
                 self._deadline = self._next_fetch_ms = None
-                self._event(now, "election_timeout")
+                self.note(now, "election_timeout")
             elif self._next_fetch_ms is not None and now >= self._next_fetch_ms:
                 # no answer within the request timeout: ask again (Kafka resends to unrecorded voters)
                 self._send_vote_requests(out, [v for v in self.voters if v not in self._granted | self._rejected])
@@ -364,7 +472,7 @@ class RaftNode:
         elif s == FOLLOWER:
             if self._deadline is not None and now >= self._deadline:
                 if self.is_voter:
-                    self._event(now, "fetch_timeout")
+                    self.note(now, "fetch_timeout")
                     self._become_candidate(now, out)
                 else:
                     self._become_unattached(self.epoch, now)
@@ -387,7 +495,8 @@ class RaftNode:
                 self._next_fetch_ms = now + self.config.request_timeout_ms
 
     # ----------------------------------------------------------------------------- transitions
-    def _event(self, now: int, kind: str, **detail: Any) -> None:
+    def note(self, now: int, kind: str, **detail: Any) -> None:
+        """Record something worth telling an operator (``quorum_events``)."""
         self.events.append({"time_ms": now, "node_id": self.node_id, "event": kind, "epoch": self.epoch,
                             "state": self.state, **detail})
 
@@ -398,10 +507,11 @@ class RaftNode:
         self._progress = {}
         self._check_quorum_fetchers = set()
         self._preferred_successors = ()
+        self._next_append_ms = None
 
     def _become_unattached(self, epoch: int, now: int) -> None:
         if self.state == LEADER and epoch > self.epoch:
-            self._event(now, "leader_step_down", new_epoch=epoch)
+            self.note(now, "leader_step_down", new_epoch=epoch)
         self._reset()
         if epoch > self.epoch:
             self.voted_for = None
@@ -418,7 +528,7 @@ class RaftNode:
 
     def _become_follower(self, leader: int, epoch: int, now: int) -> None:
         if self.state == LEADER and epoch > self.epoch:
-            self._event(now, "leader_step_down", new_epoch=epoch)
+            self.note(now, "leader_step_down", new_epoch=epoch)
         self._reset()
         if epoch > self.epoch:
             self.voted_for = None
@@ -434,7 +544,7 @@ class RaftNode:
         self.state, self.voted_for, self.leader_id, self._retries = CANDIDATE, self.node_id, NO_LEADER, retries
         self._granted = {self.node_id}
         self._deadline = now + self._election_timeout()
-        self._event(now, "election_started", retries=retries)
+        self.note(now, "election_started", retries=retries)
         if len(self._granted) >= self.majority:
             self._become_leader(now, out)
             return
@@ -452,15 +562,17 @@ class RaftNode:
         self._reset()
         self.state, self.leader_id = LEADER, self.node_id
         self._epoch_start_offset = self.log.end_offset
-        self.log.append(self.epoch, {"type": "LeaderChangeMessage", "data": {
-            "Version": 0, "LeaderId": self.node_id,
-            "Voters": [{"VoterId": v} for v in self.voters],
-            "GrantingVoters": [{"VoterId": v} for v in granting]}})
+        self.log.append(self.epoch, record("LeaderChangeMessage", {
+            "Version": 0, "LeaderId": self.node_id, "Voters": [{"VoterId": v, "VoterDirectoryId": NO_DIRECTORY}
+                                                              for v in self.voters],
+            "GrantingVoters": [{"VoterId": v, "VoterDirectoryId": NO_DIRECTORY} for v in granting]}, now))
         self._progress = {v: ReplicaProgress() for v in self.voters}
         self._progress[self.node_id] = ReplicaProgress(self.log.end_offset, now, now, True)
         self._deadline = now + self._check_quorum_timeout() if len(self.voters) > 1 else None
         self._next_begin_ms = now
-        self._event(now, "leader_elected", granting_voters=granting, epoch_start_offset=self._epoch_start_offset)
+        if self.config.append_interval_ms:
+            self._next_append_ms = now + self.config.append_interval_ms
+        self.note(now, "leader_elected", granting_voters=granting, epoch_start_offset=self._epoch_start_offset)
         self._maybe_update_high_watermark(now)
 
     def _become_resigned(self, now: int, successors: tuple[int, ...], out: list[dict] | None = None) -> None:
@@ -468,7 +580,9 @@ class RaftNode:
         self.state, self.leader_id = RESIGNED, self.node_id
         self._preferred_successors = successors
         self._deadline = now + self._election_timeout()
-        self._event(now, "leader_resigned", preferred_successors=list(successors))
+        if not self.is_voter:
+            self._next_fetch_ms = now  # no longer a voter: find the next leader as an observer does
+        self.note(now, "leader_resigned", preferred_successors=list(successors))
         if out is not None:
             for v in self.voters:
                 if v != self.node_id:
@@ -556,7 +670,7 @@ class RaftNode:
             granted = False
         if granted and self.state in (UNATTACHED, VOTED) and self.voted_for != candidate:
             self._become_voted(candidate, now)
-        self._event(now, "vote_granted" if granted else "vote_rejected", candidate_id=candidate,
+        self.note(now, "vote_granted" if granted else "vote_rejected", candidate_id=candidate,
                     log_up_to_date=up_to_date)
         reply(NONE, granted)
 
@@ -615,7 +729,7 @@ class RaftNode:
             successors = list(d.get("PreferredSuccessors") or [])
             position = successors.index(self.node_id) if self.node_id in successors else -1
             backoff = self._strict_exponential_backoff(position, len(successors))
-            self._event(now, "end_quorum_epoch", leader_id=leader, election_backoff_ms=backoff)
+            self.note(now, "end_quorum_epoch", leader_id=leader, election_backoff_ms=backoff)
             self._deadline = now + backoff  # overrideFetchTimeout: stand for election sooner
         reply(NONE)
 
@@ -643,7 +757,7 @@ class RaftNode:
         valid, div_epoch, div_offset = self.log.validate_offset_and_epoch(fetch_offset, last_epoch)
         hw = self.high_watermark if self._hw_known() else -1
         if not valid:
-            self._event(now, "fetch_diverging", replica_id=replica, diverging_epoch=div_epoch,
+            self.note(now, "fetch_diverging", replica_id=replica, diverging_epoch=div_epoch,
                         diverging_end_offset=div_offset)
             return reply(NONE, HighWatermark=hw, DivergingEpoch={"Epoch": div_epoch, "EndOffset": div_offset})
         if replica >= 0:
@@ -694,10 +808,11 @@ class RaftNode:
         if div["Epoch"] >= 0:
             before = self.log.end_offset
             if div["EndOffset"] < self.high_watermark:
-                self._event(now, "truncation_below_high_watermark", end_offset=div["EndOffset"],
+                self.note(now, "truncation_below_high_watermark", end_offset=div["EndOffset"],
                             high_watermark=self.high_watermark)
             truncated = self.log.truncate_to_end_offset(div["Epoch"], div["EndOffset"])
-            self._event(now, "truncation", from_offset=before, to_offset=truncated,
+            self._refresh_voters()
+            self.note(now, "truncation", from_offset=before, to_offset=truncated,
                         diverging_epoch=div["Epoch"], diverging_end_offset=div["EndOffset"])
             self._next_fetch_ms = now
             return
@@ -705,10 +820,68 @@ class RaftNode:
         if records and records[0]["Offset"] == self.log.end_offset:
             for r in records:
                 self.log.append(r["Epoch"], r["Value"])
+            self._refresh_voters()
         hw = d["HighWatermark"]
         if hw >= 0:
             self.high_watermark = max(self.high_watermark, min(hw, self.log.end_offset))
         self._next_fetch_ms = now if records else now + self.config.fetch_interval_ms
+
+    # ----------------------------------------------------------------------------- AlterQuorum
+    def _on_AlterQuorumRequest(self, src: int, d: Mapping, now: int, out: list[dict]) -> None:
+        """The seed's AlterQuorum (KIP-595): the leader moves the voter set to ``TargetVoters`` one voter
+        at a time; null, or the current voters, cancels a change in progress (the steps taken stay)."""
+        def reply(err: int) -> None:
+            out.append(message("AlterQuorumResponse", self.node_id, src, ErrorCode=err))
+
+        if self.state != LEADER:
+            return reply(NOT_LEADER_OR_FOLLOWER)
+        target = d.get("TargetVoters")
+        if target is None or tuple(sorted(target)) == self.voters:
+            if self.target_voters is not None:
+                self.note(now, "voter_change_cancelled", target_voters=list(self.target_voters),
+                            voters=list(self.voters))
+            self.target_voters = None
+            return reply(NONE)
+        if len(set(target)) != len(target) or min(target) < 0:
+            return reply(INVALID_REQUEST)
+        self.target_voters = tuple(sorted(target))
+        self.note(now, "voter_change_started", target_voters=list(self.target_voters), voters=list(self.voters))
+        reply(NONE)
+
+    def _maybe_change_voters(self, now: int, out: list[dict]) -> None:
+        """One voter change at a time, each only once the previous one is committed: add a target voter
+        that has caught up to the high watermark, else remove a voter not in the target (the leader
+        last). A leader that committed a voter set without itself resigns."""
+        latest = self.log.latest_voters()
+        if latest is not None and latest[1] >= self.high_watermark:
+            return  # the last change is not committed yet
+        if not self.is_voter:
+            self.note(now, "leader_removed_from_voters")
+            others = sorted(self.voters, key=lambda v: (-(self._progress.get(v, ReplicaProgress()).end_offset or -1), v))
+            self._become_resigned(now, tuple(others), out)
+            return
+        target = self.target_voters
+        if target is None:
+            return
+        if target == self.voters:
+            self.target_voters = None
+            self.note(now, "voter_change_completed", voters=list(self.voters))
+            return
+        ready = [v for v in target if v not in self.voters and self._progress.get(v) is not None
+                 and (self._progress[v].end_offset or 0) >= self.high_watermark]
+        extra = sorted((v for v in self.voters if v not in target), key=lambda v: (v == self.node_id, v))
+        if ready:
+            new, change = self.voters + (ready[0],), {"added": ready[0]}
+        elif extra and (extra[0] != self.node_id or all(v in self.voters for v in target)):
+            new, change = tuple(v for v in self.voters if v != extra[0]), {"removed": extra[0]}
+        else:
+            return  # waiting for a new voter to catch up
+        offset = self.log.append(self.epoch, voters_record(new, now))
+        self._refresh_voters()
+        self.note(now, "voters_changed", voters=list(self.voters), offset=offset, **change)
+        if len(self.voters) > 1 and self._deadline is None:
+            self._deadline = now + self._check_quorum_timeout()
+        self._maybe_update_high_watermark(now)
 
     # --------------------------------------------------------------------------- DescribeQuorum
     def _on_DescribeQuorumRequest(self, src: int, d: Mapping, now: int, out: list[dict]) -> None:
@@ -741,4 +914,4 @@ class RaftNode:
 
 
 __all__ = ["CANDIDATE", "FOLLOWER", "LEADER", "RESIGNED", "UNATTACHED", "VOTED", "LogEntry", "RaftConfig",
-           "RaftLog", "RaftNode", "message"]
+           "RaftLog", "RaftNode", "message", "record", "voters_record"]
