@@ -20,6 +20,7 @@ The streaming job (``quorum_stream``) runs ``Replica.apply`` per replica inside
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -69,9 +70,11 @@ def _records_bytes(records: list[dict], now: int) -> bytes | None:
     return encode_events(events, first_offset=records[0]["Offset"], batch_records=len(events))
 
 
-def _records_of(raw: bytes | None) -> list[dict]:
+def _records_of(raw: bytes | str | None) -> list[dict]:
     if not raw:
         return []
+    if isinstance(raw, str):  # JSON carries bytes as base64 (Spark's to_json, JSON lines)
+        raw = base64.b64decode(raw)
     out = []
     for item in decode_buffer(raw, "FetchResponse.Records"):
         if not isinstance(item, dict):
@@ -297,7 +300,7 @@ class Replica:
         return {"offset": event["offset"], "timestamp": now, "request_type": event["type"],
                 "request_version": event.get("version", 0), "type": t, "version": version, "error_code": err,
                 "error_name": _error_names().get(err) if err is not None else None, "error_message": None,
-                "data": data}
+                "data": json.dumps(data, default=_base64)}
 
     def state_rows(self) -> list[tuple[str, dict]]:
         """This replica's ``quorum_state`` row and, while it leads (or led), its view of every replica."""
@@ -337,6 +340,12 @@ class Replica:
                 "Removing" if r not in target and r in node.voters else None,
                 "offset": self.last_offset, "timestamp": now}))
         return rows
+
+
+def _base64(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray)):  # FetchResponse's Records, as Spark's JSON carries bytes
+        return base64.b64encode(value).decode("ascii")
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
 def _error_names() -> dict[int, str]:

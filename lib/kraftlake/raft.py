@@ -111,7 +111,8 @@ class RaftConfig:
     def kafka_configs(self) -> dict[str, str]:
         """The Kafka configs this node runs with, by Kafka's names (what a ReplicaStartup records)."""
         values = {name: getattr(self, name) for name in KAFKA_CONFIG_FIELDS}
-        return {_CONFIG_KEYS[name]: str(v) for name, v in values.items() if v is not None}
+        values.update(election_jitter_max_ms=self.jitter_ms, append_interval_ms=self.append_interval_ms or 0)
+        return {_CONFIG_KEYS[name]: str(v) for name, v in values.items()}
 
 
 class LogEntry(NamedTuple):

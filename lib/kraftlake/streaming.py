@@ -25,6 +25,7 @@ from typing import Any, Iterator, Mapping, TextIO
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from kraftlake.quorum_stream import QUORUM_TABLES, start_quorum
 from kraftlake.schemas import StructSpec, metadata_log_schema, registry, table_arrow_schema
 from kraftlake.shards import KEYS, SKIPPED, TOPIC_SCOPED, Output, ShardState, merged_responses, step
 from kraftlake.tables import FIXED_COLUMNS, controller_log_schema, controller_log_to_arrow
@@ -32,7 +33,7 @@ from kraftlake.storage import Warehouse
 
 STATE_TABLES = ("brokers", "topics", "configs", "partitions")
 APPEND_TABLES = ("partition_history", "rejected")
-DERIVED_TABLES = STATE_TABLES + ("partition_history", "controller_log", "responses")
+DERIVED_TABLES = STATE_TABLES + ("partition_history", "controller_log", "responses") + QUORUM_TABLES
 OUTPUT_SCHEMA = "table string, op string, offset long, seq int, row string"
 STATE_SCHEMA = "state binary"
 TIMESTAMP_COLUMNS = {"last_timestamp", "timestamp"}
@@ -247,7 +248,8 @@ def start(warehouse: Warehouse, settings: ControllerSettings):
 
 def run(warehouse: Warehouse, settings: ControllerSettings, progress_every: float = 10.0,
         out: TextIO | None = None) -> bool:
-    """Run until the query ends (``--once``) or forever, printing progress; False if stopped by a signal.
+    """Run the controller query and the quorum query (``quorum_stream``) until they end (``--once``) or
+    forever, printing progress; False if stopped by a signal.
 
     SIGINT and SIGTERM only set a flag that the loop checks every second before it stops the query: the
     driver's main thread is usually inside a py4j call when they arrive, and stopping the query from the
@@ -256,6 +258,9 @@ def run(warehouse: Warehouse, settings: ControllerSettings, progress_every: floa
     """
     out = out or sys.stderr
     query = start(warehouse, settings)
+    quorum = start_quorum(warehouse, settings.checkpoint, settings.once, settings.kafka_config,
+                          settings.max_records_per_batch, settings.trigger_interval_ms)
+    queries = {"controller": query, "quorum": quorum}
     stop_requested: list[int] = []
     previous = {}
     if threading.current_thread() is threading.main_thread():
@@ -263,8 +268,10 @@ def run(warehouse: Warehouse, settings: ControllerSettings, progress_every: floa
                     for sig in (signal.SIGINT, signal.SIGTERM)}
     last_batch, last_print = None, -progress_every
     try:
-        while query.isActive and not stop_requested:
-            query.awaitTermination(1)
+        while any(q.isActive for q in queries.values()) and not stop_requested:
+            (query if query.isActive else quorum).awaitTermination(1)
+            if not settings.once and not all(q.isActive for q in queries.values()):
+                break  # one query failed: stop the other and report
             progress = query.lastProgress
             quiet = time.monotonic() - last_print < progress_every
             if progress and progress["batchId"] != last_batch and progress["numInputRows"] and not quiet:
@@ -276,10 +283,14 @@ def run(warehouse: Warehouse, settings: ControllerSettings, progress_every: floa
         if stop_requested:
             print("[controller] stopping (signal received); restart to continue from the checkpoint",
                   file=out, flush=True)
-            query.stop()
+            for q in queries.values():
+                q.stop()
             return False
-        if query.exception() is not None:
-            raise RuntimeError(f"the controller query failed: {query.exception()}")
+        for name, q in queries.items():
+            if q.exception() is not None:
+                for other in queries.values():
+                    other.stop()
+                raise RuntimeError(f"the {name} query failed: {q.exception()}")
         return True
     finally:
         for sig, handler in previous.items():

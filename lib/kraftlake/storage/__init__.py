@@ -118,10 +118,12 @@ class Warehouse(DeltaRsTables):
         return spark.read.format(datasource.NAME).load(self.path(name))
 
     def read_stream(
-        self, name: str, max_records_per_batch: int | None = None, max_files_per_trigger: int | None = None
+        self, name: str, max_records_per_batch: int | None = None, max_files_per_trigger: int | None = None,
+        columns: list[str] | None = None,
     ) -> DataFrame:
         """A stream of the table's rows; each engine bounds micro-batches its own way (see ``native``):
-        delta-rs by rows of the ``offset`` column, native by files."""
+        delta-rs by rows of the ``offset`` column, native by files. ``columns``: read only these (a query
+        that needs a few columns of a wide table then reads only their Parquet column chunks)."""
         spark = self._session()
         if self.engine == NATIVE:
             from kraftlake.storage import native
@@ -131,7 +133,8 @@ class Warehouse(DeltaRsTables):
                     "max_records_per_batch needs the delta-rs engine: the native Delta source can only "
                     "bound micro-batches by files (max_files_per_trigger)"
                 )
-            return native.read_stream(spark, self.path(name), max_files_per_trigger)
+            stream = native.read_stream(spark, self.path(name), max_files_per_trigger)
+            return stream if columns is None else stream.select(*columns)
         if max_files_per_trigger is not None:
             raise ValueError("max_files_per_trigger is a native-engine option; delta-rs bounds batches by rows")
         from kraftlake.storage import datasource
@@ -140,6 +143,12 @@ class Warehouse(DeltaRsTables):
         reader = spark.readStream.format(datasource.NAME)
         if max_records_per_batch is not None:
             reader = reader.option("maxRecordsPerBatch", max_records_per_batch)
+        if columns is not None:  # the source reads the columns of the schema it is given
+            from deltalake import DeltaTable
+            from pyspark.sql.types import StructType
+
+            full = datasource.spark_schema(DeltaTable(self.path(name)))
+            reader = reader.schema(StructType([full[c] for c in columns]))
         return reader.load(self.path(name))
 
 

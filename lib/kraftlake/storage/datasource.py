@@ -46,7 +46,7 @@ BATCH_PARTITION_BYTES = 128 << 20
 STREAM_PARTITION_ROWS = 200_000
 
 
-def _spark_schema(table: DeltaTable) -> StructType:
+def spark_schema(table: DeltaTable) -> StructType:
     return from_arrow_schema(pa.schema(table.schema().to_arrow()))
 
 
@@ -117,7 +117,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_rows = int(max_rows) if max_rows is not None else None
         if self.max_rows is not None and self.max_rows < 1:
             raise ValueError(f"maxRecordsPerBatch must be positive, got {self.max_rows}")
-        self.started_with = _spark_schema(DeltaTable(path))
+        self.started_with = spark_schema(DeltaTable(path))
         self.available_now = False
         self.target: int | None = None
 
@@ -134,7 +134,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         checking here (where offsets are handed out) is enough to never drop a new column's data.
         """
         table = DeltaTable(self.path)
-        if _spark_schema(table) != self.started_with:
+        if spark_schema(table) != self.started_with:
             raise RuntimeError(
                 f"The schema of the Delta table {self.path} changed since this streaming query started; "
                 "restart the query (from its checkpoint) to read the new columns."
@@ -193,7 +193,7 @@ class KraftlakeDeltaSource(DataSource):
         return path
 
     def schema(self) -> StructType:
-        return _spark_schema(DeltaTable(self._path()))
+        return spark_schema(DeltaTable(self._path()))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return _BatchReader(self._path(), schema)

@@ -1,0 +1,68 @@
+"""The quorum query: the streaming job's quorum tables equal the in-process replay of the same log,
+whatever the micro-batches, after a real kill and restart too; and the replay equals the simulation
+that wrote the traffic (the replicas are rebuilt exactly from what they received)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kraftlake.quorum import replay_quorum
+from kraftlake.quorum_sim import SimConfig, simulate
+from kraftlake.quorum_traffic import write_simulation
+from kraftlake.storage import Warehouse
+from kraftlake.tables import rows_to_events
+from streaming_helpers import plain, run_controller, sorted_rows
+
+CFG = SimConfig(voters=3, observers=2, alter_every_ms=1500, crash_every_ms=3000, resign_every_ms=4000)
+TABLES = ("quorum_state", "quorum_replicas", "quorum_events")
+
+
+def test_replay_of_the_traffic_rebuilds_every_simulated_replica():
+    for seed in range(40):
+        result = simulate(seed, SimConfig(**{**CFG.__dict__, "duration_ms": 8000}))
+        assert result.ok, result.violations[:2]
+        _, replicas = replay_quorum(result.traffic)
+        assert set(replicas) == set(result.replicas)
+        for rid, simulated in result.replicas.items():
+            assert replicas[rid].node.to_dict() == simulated.node.to_dict(), (seed, rid)
+            assert replicas[rid].down == simulated.down
+
+
+def core_tables(warehouse: Warehouse) -> dict[str, list[dict]]:
+    events = sorted(rows_to_events(warehouse.read_arrow("metadata_log")), key=lambda e: e["offset"])
+    tables, _ = replay_quorum(events)
+    out = {"quorum_state": list(tables["quorum_state"].values()),
+           "quorum_replicas": list(tables["quorum_replicas"].values()),
+           "quorum_events": tables["quorum_events"],
+           "responses": tables["responses"]}
+    return out
+
+
+def table_rows(warehouse: Warehouse) -> dict[str, list[dict]]:
+    return {name: [{k: plain(v) for k, v in row.items()} for row in warehouse.read_arrow(name).to_pylist()]
+            for name in TABLES + ("responses",)}
+
+
+def normalised(tables: dict[str, list[dict]]) -> dict[str, list]:
+    return {name: sorted_rows(rows) for name, rows in tables.items()}
+
+
+@pytest.fixture(scope="module")
+def simulated(spark, tmp_path_factory):
+    root = tmp_path_factory.mktemp("quorum")
+    warehouse = Warehouse(str(root / "w"), spark=spark)
+    result = write_simulation(warehouse, seed=11, voters=3, observers=2, duration_ms=6000, config=CFG)
+    assert result.ok
+    return root, warehouse, result
+
+
+def test_streaming_quorum_tables_equal_the_core_in_any_batching(spark, simulated, tmp_path):
+    root, warehouse, result = simulated
+    expected = normalised(core_tables(warehouse))
+    assert len(expected["quorum_state"]) == 5 and expected["quorum_events"] and expected["responses"]
+    for batch in (None, 97):
+        copy = Warehouse(str(tmp_path / f"w{batch}"), spark=spark)
+        log = warehouse.read_arrow("metadata_log")
+        copy.append("metadata_log", log, log.schema)
+        run_controller(copy, tmp_path / f"cp{batch}", shards=2, max_records_per_batch=batch)
+        assert normalised(table_rows(copy)) == expected, batch
