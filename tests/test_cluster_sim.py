@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kraftlake.cluster_sim import ClusterSimulator, SimulationOptions, simulate
+from kraftlake.cluster_sim import DEFAULT_MIX, ClusterSimulator, SimulationOptions, simulate
 from kraftlake.events import validate_event
 from kraftlake.invariants import check_events, merge_logs
 from kraftlake.shards import replay_log
@@ -24,7 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "jobs"))
 import simulate as simulate_job  # noqa: E402  (jobs/simulate.py)
 
 CONFIG = {"broker.session.timeout.ms": "9000", "broker.heartbeat.interval.ms": "2000"}
-OPTIONS = SimulationOptions(brokers=6, topics=8, partitions_per_topic=6, seed=11)
+# A busier cluster than the defaults (more crashes and rolling restarts), so that a short log has them.
+OPTIONS = SimulationOptions(brokers=6, topics=8, partitions_per_topic=6, seed=11, operation_interval_ms=30_000,
+                            mix={**DEFAULT_MIX, "crash": 1.0, "rolling_restart": 0.5})
 EVENTS = 6000
 SESSION_TIMEOUT_MS = 9000  # Kafka's broker.session.timeout.ms default
 HEARTBEAT_INTERVAL_MS = 2000  # Kafka's broker.heartbeat.interval.ms default
@@ -62,7 +64,12 @@ def test_the_same_seed_gives_the_same_log_and_another_seed_another():
     assert all(a["timestamp"] <= b["timestamp"] for a, b in zip(first, first[1:]))
 
 
-def test_every_request_kind_of_the_default_mix_is_there(run):
+def test_every_request_kind_is_in_the_default_mix():
+    kinds = Counter(e["type"] for e in simulate(EVENTS, SimulationOptions(brokers=6, topics=8, partitions_per_topic=6)))
+    assert set(kinds) == REQUEST_KINDS
+
+
+def test_the_cluster_lives_through_every_kind_of_event(run):
     sim, wire, events, tables = run
     kinds = Counter(e["type"] for e in wire)
     assert set(kinds) == REQUEST_KINDS

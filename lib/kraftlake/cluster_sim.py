@@ -26,6 +26,7 @@ depends on ``PYTHONHASHSEED``). Memory is the image plus small indexes; the log 
 
 from __future__ import annotations
 
+import functools
 import heapq
 import random
 from collections import Counter
@@ -55,8 +56,8 @@ MAX_METADATA_VERSION = 25  # what the simulated brokers say they support (4.0-IV
 
 # Operational events, drawn at random every ``operation_interval_ms`` on average, by these weights.
 DEFAULT_MIX: dict[str, float] = {
-    "crash": 1.0,                # a broker stops heartbeating; it comes back after a while
-    "rolling_restart": 0.5,      # every broker in turn: controlled shutdown, restart, re-registration
+    "crash": 0.5,                # a broker stops heartbeating; it comes back after a while
+    "rolling_restart": 0.1,      # every broker in turn: controlled shutdown, restart, re-registration
     "preferred_election": 1.0,   # kafka-leader-election.sh --election-type PREFERRED
     "reassign": 1.5,             # kafka-reassign-partitions.sh --execute: one replica moves
     "cancel_reassignment": 0.75,  # ... --cancel of a running one
@@ -83,7 +84,7 @@ class SimulationOptions:
     isr_shrinks_per_s: float = 1.0  # followers falling behind, cluster-wide
     catch_up_ms: float = 5_000.0  # mean time a follower needs to catch up again
     reassign_copy_ms: float = 60_000.0  # mean time a new replica of a reassignment needs to copy its data
-    operation_interval_ms: float = 30_000.0  # mean time between operational events (``mix``)
+    operation_interval_ms: float = 60_000.0  # mean time between operational events (``mix``)
     mix: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
     crash_downtime_ms: float = 60_000.0  # mean time a crashed broker stays down (at least 1 s)
     restart_ms: float = 15_000.0  # mean time a broker of a rolling restart takes to start again
@@ -116,9 +117,14 @@ def parse_mix(text: str) -> dict[str, float]:
     return mix
 
 
+@functools.lru_cache(maxsize=1)
+def _error_names() -> dict[int, str]:
+    return {code: name for name, code in error_codes().items()}
+
+
 def error_names(data: Any) -> list[str]:
     """Every error a response carries, at the top and in its per-topic / per-partition results."""
-    names = {code: name for name, code in error_codes().items()}
+    names = _error_names()
     found: list[str] = []
 
     def walk(value: Any) -> None:
@@ -541,15 +547,18 @@ class ClusterSimulator:
 
     def _alter_partition(self, leader: int, topics: dict[str, list[tuple[PartitionRegistration, list[int]]]]) -> None:
         """AlterPartitionRequest v3 from ``leader``: the epochs it knows and each ISR member's broker epoch.
-        Now and then (``stale_share``) the leader has not seen the partition's last change yet."""
+        Now and then (``stale_share`` of the requests) the leader has not seen the last change of the
+        request's first partition yet."""
         epochs = {b.id: b.epoch for b in self.image.brokers.values()}
+        stale = self.rng.random() < self.options.stale_share
         wire_topics, full_topics = [], []
         for topic_id, changes in topics.items():
             wire_parts, full_parts = [], []
             for partition, isr in changes:
                 partition_epoch = partition.partition_epoch
-                if partition_epoch > 0 and self.rng.random() < self.options.stale_share:
+                if stale and partition_epoch > 0:
                     partition_epoch -= 1
+                    stale = False
                 part = {"PartitionIndex": partition.partition_id, "LeaderEpoch": partition.leader_epoch,
                         "NewIsrWithEpochs": [{"BrokerId": r, "BrokerEpoch": epochs.get(r, -1)} for r in isr],
                         "LeaderRecoveryState": 0, "PartitionEpoch": partition_epoch}
