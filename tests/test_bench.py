@@ -1,0 +1,86 @@
+"""``jobs/bench.py --quick``: every section of the report is there and consistent, and the chart is a
+PNG. Behaviour only: timings on a shared machine are never asserted."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import struct
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("kraftlake_bench_job", REPO / "jobs" / "bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_slopes_and_percentiles():
+    bench = load_bench()
+    assert bench.loglog_slope([10, 100, 1000], [2, 20, 200]) == 1.0
+    assert bench.loglog_slope([10, 100, 1000], [1, 100, 10000]) == 2.0
+    assert bench.fit([10, 100], [1, 10])["fit"] == "linear"
+    assert bench.fit([10, 100], [1, 100])["fit"] == "worse than linear"
+    assert bench.fit([10], [1]) == {"loglog_slope": None, "fit": None}
+    assert bench.percentile([], 50) is None
+    assert bench.percentile([3, 1, 2], 50) == 2
+    assert bench.percentile(list(range(101)), 99) == 99
+
+
+def test_quick_run_writes_every_section_and_a_png(spark, tmp_path):
+    bench = load_bench()
+    report_path, chart_path = tmp_path / "report.json", tmp_path / "bench.png"
+    assert bench.main(["--quick", "--report", str(report_path), "--chart", str(chart_path),
+                       "--workdir", str(tmp_path / "work")]) == 0
+    report = json.loads(report_path.read_text())
+    shards = report["shards"]
+
+    stages = report["stages"]
+    for stage in ("generate", "decode", "core replay", "ingest into Delta", "raw Delta scan (Spark)",
+                  "Spark replay (AvailableNow)"):
+        assert stages[stage]["records"] == report["events"] and stages[stage]["records_per_s"] > 0, stage
+    assert set(report["ratios"]) == {"spark/core", "spark/raw scan", "core/raw scan"}
+
+    latency = report["latency"]
+    assert latency["drained"] and latency["batches"] >= 1
+    assert latency["events_appended"] == latency["rate_events_per_s"] * latency["seconds"]
+    assert sum(b["rows"] for b in latency["per_batch"]) == latency["events_appended"]
+    for key in ("trigger_execution_ms", "add_batch_ms", "end_to_end_lag_ms"):
+        assert 0 <= latency[key]["p50"] <= latency[key]["p99"] <= latency[key]["max"], key
+    assert latency["end_to_end_lag_ms"]["appends_seen"] == latency["seconds"]
+
+    state = report["state"]
+    assert len(state["core_bytes_per_shard"]) == shards and state["core_bytes_total"] > 0
+    assert state["spark_state_store"][0]["rows"] == shards
+
+    failover = report["failover"]
+    # broker 1 is in every partition's ISR: every partition changes, a third of them lose their leader
+    assert failover["partition_changes"] == failover["partitions"]
+    assert failover["expiry_records"] == failover["partitions"] + 1  # and the fencing
+    assert abs(failover["broker_led"] - failover["partitions"] / 3) <= 1
+    assert 0 <= failover["decide_controlled_shutdown_s"]["min"] <= failover["decide_controlled_shutdown_s"]["median"]
+    assert failover["shard_step_rows"] > failover["partitions"]
+
+    scaling = report["scaling"]
+    assert [r["partitions"] for r in scaling["partitions"]] == bench.QUICK["scaling_partitions"]
+    assert [r["events"] for r in scaling["events"]] == bench.QUICK["scaling_events"]
+    assert all(len(r["state_bytes_per_shard"]) == shards for r in scaling["partitions"])
+    assert set(scaling["fits"]) == {"replay_time_vs_partitions", "state_bytes_vs_partitions",
+                                    "failover_time_vs_partitions", "replay_time_vs_events"}
+    for name, f in scaling["fits"].items():
+        assert isinstance(f["loglog_slope"], float) and f["fit"] in ("linear", "worse than linear"), name
+
+    profile = report["profile"]
+    assert len(profile["by_cumulative"]) == len(profile["by_own_time"]) == 15
+    own = [r["own_s"] for r in profile["by_own_time"]]
+    assert own == sorted(own, reverse=True)
+    assert any("replay" in r["function"] for r in profile["by_cumulative"])
+
+    png = chart_path.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", png[16:24])
+    assert width > 500 and height > 300
+    assert png.rstrip(b"\x00")[-8:-4] == b"IEND"
