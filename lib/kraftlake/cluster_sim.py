@@ -122,27 +122,27 @@ def _error_names() -> dict[int, str]:
     return {code: name for name, code in error_codes().items()}
 
 
-def error_names(data: Any) -> list[str]:
+def error_names(data: dict) -> list[str]:
     """Every error a response carries, at the top and in its per-topic / per-partition results."""
     names = _error_names()
     found: list[str] = []
 
-    def walk(value: Any) -> None:
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if key == "ErrorCode":
-                    found.append(names.get(item, str(item)))
-                else:
-                    walk(item)
-        elif isinstance(value, list):
-            for item in value:
+    def walk(value: dict) -> None:
+        for key, item in value.items():
+            if key == "ErrorCode":
+                found.append(names.get(item, str(item)))
+            elif type(item) is list:
+                for element in item:
+                    if type(element) is dict:
+                        walk(element)
+            elif type(item) is dict:
                 walk(item)
 
     walk(data)
     return found
 
 
-def refusal(data: Any) -> str | None:
+def refusal(data: dict) -> str | None:
     """The first error of a response that means the request (or part of it) was refused, or None."""
     return next((name for name in error_names(data) if name not in NOT_REFUSED), None)
 
