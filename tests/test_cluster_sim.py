@@ -39,6 +39,15 @@ NOT_REFUSED = {0, 84}  # NONE, ELECTION_NOT_NEEDED (Kafka error codes)
 def run():
     """One simulated log, what ingest makes of each line, and the reference controller's tables."""
     sim = ClusterSimulator(OPTIONS, CONFIG)
+    decide = sim.core.decide
+    sim.asked = {}  # what the simulator's own controller was asked and answered, by offset
+
+    def spy(request: dict) -> dict:
+        answer = decide(request)
+        sim.asked[request["offset"]] = (request, answer)
+        return answer
+
+    sim.core.decide = spy
     wire = list(sim.events(EVENTS))
     events = [validate_event(e) for e in wire]  # what ingest does to each JSON line
     tables, _ = replay_log(events, 2, CONFIG)
@@ -94,7 +103,12 @@ def test_the_controller_accepts_the_bulk_and_answers_as_the_simulator_expected(r
     refused = [r for r in responses if any(c not in NOT_REFUSED for c in error_codes(r["data"]))]
     assert len(refused) / len(responses) < 0.03
     assert refused, "a live cluster sees the odd stale request"
-    # the simulator decided every line in-process before writing it: the same answers as the reference
+    # the simulator decided every line in-process before writing it: the request as ingest reads the line,
+    # and the same errors as the reference
+    for event, row in zip(events, responses):
+        request, answer = sim.asked[event["offset"]]
+        assert request["data"] == event["data"]
+        assert sorted(error_codes(answer["data"])) == sorted(error_codes(row["data"]))
     by_kind = Counter((r["request_type"], "NONE" if r not in refused else "refused") for r in responses)
     expected = Counter()
     for (kind, error), count in sim.outcomes.items():

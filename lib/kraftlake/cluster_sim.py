@@ -297,7 +297,10 @@ class ClusterSimulator:
     # --- the event loop -----------------------------------------------------------------------------
 
     def events(self, limit: int) -> Iterator[dict]:
-        """The first ``limit`` requests, as JSON-ready events (with ``offset``) in log order."""
+        """The first ``limit`` requests, as JSON-ready events (with ``offset``) in log order. A simulator
+        runs once: its image is the controller's after exactly these requests."""
+        if self._seq:
+            raise RuntimeError("a ClusterSimulator yields its log once; make a new one to start again")
         o = self.options
         for broker in self.brokers.values():
             self._schedule(o.start_ms + self.rng.randrange(self.interval), "restart", broker.id)
