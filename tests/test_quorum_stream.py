@@ -4,14 +4,21 @@ that wrote the traffic (the replicas are rebuilt exactly from what they received
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+
 import pytest
 
 from kraftlake.quorum import replay_quorum
+from kraftlake.quorum_describe import LogView, status
 from kraftlake.quorum_sim import SimConfig, simulate
 from kraftlake.quorum_traffic import write_simulation
+from kraftlake.raft import LEADER
 from kraftlake.storage import Warehouse
 from kraftlake.tables import rows_to_events
-from streaming_helpers import plain, run_controller, sorted_rows
+from streaming_helpers import (REPO_ROOT, committed_batches, controller_command, controller_env, plain, run_controller,
+                               sorted_rows, wait_for)
 
 CFG = SimConfig(voters=3, observers=2, alter_every_ms=1500, crash_every_ms=3000, resign_every_ms=4000)
 TABLES = ("quorum_state", "quorum_replicas", "quorum_events")
@@ -65,4 +72,42 @@ def test_streaming_quorum_tables_equal_the_core_in_any_batching(spark, simulated
         log = warehouse.read_arrow("metadata_log")
         copy.append("metadata_log", log, log.schema)
         run_controller(copy, tmp_path / f"cp{batch}", shards=2, max_records_per_batch=batch)
-        assert normalised(table_rows(copy)) == expected, batch
+        tables = table_rows(copy)
+        assert normalised(tables) == expected, batch
+    # and describe --status names the replica that led at the end of the simulation, with its high watermark
+    leaders = [r.node for r in result.replicas.values() if not r.down and r.node.state == LEADER]
+    fields = dict(status(tables["quorum_state"], tables["quorum_replicas"], LogView(None, None, None, None)))
+    if leaders:
+        top = max(leaders, key=lambda n: n.epoch)
+        assert (fields["LeaderId"], fields["LeaderEpoch"], fields["HighWatermark"]) == \
+            (top.node_id, top.epoch, top.high_watermark)
+    else:
+        assert fields["LeaderId"] == -1
+
+
+def test_sigkill_mid_run_then_restart_keeps_the_quorum_tables_exact(spark, tmp_path):
+    killed = tmp_path / "killed"
+    warehouse = Warehouse(str(killed), spark=spark)
+    result = write_simulation(warehouse, seed=4, voters=3, observers=1, duration_ms=2000, config=CFG)
+    assert result.ok
+    expected = normalised(core_tables(warehouse))
+    checkpoint = killed / "_checkpoints" / "controller" / "quorum"
+    command = controller_command(killed, 30)
+    with (tmp_path / "killed.log").open("w") as out:
+        process = subprocess.Popen(command, cwd=REPO_ROOT, env=controller_env(), stdout=out,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            assert wait_for(lambda: len(committed_batches(checkpoint)) >= 2 or process.poll() is not None, 180)
+            assert process.poll() is None, (tmp_path / "killed.log").read_text()[-3000:]
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(30)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(30)
+    done_at_kill = committed_batches(checkpoint)
+    restarted = subprocess.run(command, cwd=REPO_ROOT, env=controller_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert restarted.returncode == 0, restarted.stdout[-3000:]
+    assert len(committed_batches(checkpoint)) > len(done_at_kill)
+    assert normalised(table_rows(warehouse)) == expected, f"killed after quorum batch {done_at_kill[-1]}"

@@ -449,11 +449,11 @@ def test_restart_keeps_the_vote_of_the_epoch():
 
 
 # ------------------------------------------------------------------------------------------ simulator
-def _sim_config(voters: int, broken: bool = False, observers: int = 0):
+def _sim_config(voters: int, broken: bool = False, observers: int = 0, alter_every_ms: int = 0):
     import dataclasses
 
     from kraftlake.quorum_sim import SimConfig
-    base = SimConfig(voters=voters, observers=observers, duration_ms=10_000)
+    base = SimConfig(voters=voters, observers=observers, duration_ms=10_000, alter_every_ms=alter_every_ms)
     return dataclasses.replace(base, raft=dataclasses.replace(base.raft, unsafe_grant_any_vote=broken))
 
 
@@ -463,7 +463,7 @@ def test_simulated_quorums_keep_raft_safety_over_hundreds_of_seeds():
     from kraftlake.quorum_sim import simulate
     seen: Counter = Counter()
     for voters, observers, seeds in ((3, 1, range(200)), (5, 0, range(200, 300))):
-        cfg = _sim_config(voters, observers=observers)
+        cfg = _sim_config(voters, observers=observers, alter_every_ms=3000)
         for seed in seeds:
             r = simulate(seed, cfg)
             assert r.ok, (seed, r.violations[:3])
@@ -474,6 +474,7 @@ def test_simulated_quorums_keep_raft_safety_over_hundreds_of_seeds():
     assert seen["truncation"] > 0 and seen["zombie_leader_detected"] > 0 and seen["leader_step_down"] > 0
     assert seen["end_quorum_epoch"] > 0
     assert seen["leader_elected"] > 300  # more than one election per run on average
+    assert seen["voters_changed"] > 0 and seen["voter_change_cancelled"] > 0 and seen["leader_removed_from_voters"] > 0
 
 
 def test_simulation_is_deterministic_per_seed():
@@ -528,3 +529,96 @@ def test_describe_quorum_on_the_leader():
     f = node(node_id=2)
     assert only(f.handle(message("DescribeQuorumRequest", 99, 2), 5), "DescribeQuorumResponse")["ErrorCode"] \
         == NOT_LEADER
+
+
+# ------------------------------------------------------------------ voter changes (the seed's AlterQuorum)
+def alter(dst, target):
+    return message("AlterQuorumRequest", -1, dst, TargetVoters=target)
+
+
+def voter_events(n):
+    return [(e["event"], e.get("added"), e.get("removed")) for e in n.events
+            if e["event"].startswith("voter") or e["event"] == "leader_removed_from_voters"]
+
+
+def test_alter_quorum_adds_a_caught_up_voter_then_removes_one_each_after_the_last_commits():
+    n = elected()  # voters 1,2,3; LeaderChange at offset 0; end 1
+    n.handle(fetch(2, 1, epoch=1, offset=1, last_epoch=1), 1010)  # hw 1
+    n.handle(fetch(4, 1, epoch=1, offset=1, last_epoch=1), 1020)  # observer 4, caught up
+    assert only(n.handle(alter(1, [1, 2, 4]), 1030), "AlterQuorumResponse")["ErrorCode"] == NONE
+    # first step at once: add 4 (VotersRecord at offset 1), in effect as soon as it is appended
+    assert n.voters == (1, 2, 3, 4) and n.log.end_offset == 2 and n.target_voters == (1, 2, 4)
+    assert n.log.entries[1].value["type"] == "VotersRecord"
+    # four voters: the majority is 3, so 1 and 2 at offset 2 are not enough
+    n.handle(fetch(2, 1, epoch=1, offset=2, last_epoch=1), 1040)
+    assert n.high_watermark == 1 and n.voters == (1, 2, 3, 4)
+    n.handle(fetch(4, 1, epoch=1, offset=2, last_epoch=1), 1050)  # 1, 2, 4 at 2: committed
+    # second step: remove 3 (VotersRecord at offset 2); three voters again, majority 2
+    assert n.high_watermark == 2 and n.voters == (1, 2, 4) and n.log.end_offset == 3
+    n.handle(fetch(2, 1, epoch=1, offset=3, last_epoch=1), 1060)
+    assert n.high_watermark == 3 and n.target_voters is None
+    assert voter_events(n) == [("voter_change_started", None, None), ("voters_changed", 4, None),
+                               ("voters_changed", None, 3), ("voter_change_completed", None, None)]
+
+
+def test_a_new_voter_is_added_only_once_caught_up_and_nothing_is_removed_before():
+    n = elected()
+    n.handle(fetch(2, 1, epoch=1, offset=1, last_epoch=1), 1010)  # hw 1
+    n.handle(alter(1, [1, 2, 4]), 1020)  # 4 never fetched
+    assert n.voters == (1, 2, 3) and n.log.end_offset == 1  # no VotersRecord, 3 not removed either
+    n.handle(fetch(4, 1, epoch=1, offset=0, last_epoch=0), 1030)  # behind the hw: still waiting
+    assert n.voters == (1, 2, 3)
+    n.handle(fetch(4, 1, epoch=1, offset=1, last_epoch=1), 1040)
+    assert n.voters == (1, 2, 3, 4)
+
+
+def test_alter_quorum_cancelled_by_null_or_by_the_current_voters_keeps_the_steps_taken():
+    for cancel in (None, [1, 2, 3, 4]):
+        n = elected()
+        n.handle(fetch(2, 1, epoch=1, offset=1, last_epoch=1), 1010)
+        n.handle(fetch(4, 1, epoch=1, offset=1, last_epoch=1), 1020)
+        n.handle(alter(1, [1, 2, 4]), 1030)
+        assert n.voters == (1, 2, 3, 4)
+        assert only(n.handle(alter(1, cancel), 1035), "AlterQuorumResponse")["ErrorCode"] == NONE
+        assert n.target_voters is None
+        for r in (2, 4):
+            n.handle(fetch(r, 1, epoch=1, offset=2, last_epoch=1), 1040)
+        assert n.high_watermark == 2 and n.voters == (1, 2, 3, 4) and n.log.end_offset == 2  # no more steps
+        assert voter_events(n)[-1] == ("voter_change_cancelled", None, None)
+
+
+def test_alter_quorum_errors():
+    f = node(node_id=2)
+    assert only(f.handle(alter(2, [1, 2]), 5), "AlterQuorumResponse")["ErrorCode"] == NOT_LEADER
+    n = elected()
+    assert only(n.handle(alter(1, [1, 1, 2]), 1001), "AlterQuorumResponse")["ErrorCode"] == INVALID
+    assert n.target_voters is None
+
+
+def test_a_leader_removed_from_the_voters_resigns_once_that_is_committed():
+    n = elected()  # leader 1 of 1,2,3
+    n.handle(fetch(2, 1, epoch=1, offset=1, last_epoch=1), 1010)
+    n.handle(alter(1, [2, 3]), 1020)
+    assert n.voters == (2, 3) and n.state == LEADER  # leads a quorum it is not part of
+    n.handle(fetch(2, 1, epoch=1, offset=2, last_epoch=1), 1030)
+    assert n.high_watermark == 1 and n.state == LEADER  # {2, 3} needs both
+    out = n.handle(fetch(3, 1, epoch=1, offset=2, last_epoch=1), 1040)
+    assert n.high_watermark == 2 and n.state == RESIGNED
+    ends = [m for m in out if m["type"] == "EndQuorumEpochRequest"]
+    assert sorted(m["destination"] for m in ends) == [2, 3]
+    assert ("leader_removed_from_voters", None, None) in voter_events(n)
+
+
+def test_a_follower_uses_the_voters_of_its_log_and_reverts_them_when_truncated():
+    from kraftlake.raft import record, voters_record
+    f = node(node_id=2)
+    f.handle(begin(1, 2, epoch=1), 10)
+    f.handle(message("FetchResponse", 1, 2, ErrorCode=0, HighWatermark=1, DivergingEpoch={"Epoch": -1, "EndOffset": -1},
+                     CurrentLeader={"LeaderId": 1, "LeaderEpoch": 1},
+                     Records=[{"Offset": 0, "Epoch": 1, "Value": record("LeaderChangeMessage", {}, 5)},
+                              {"Offset": 1, "Epoch": 1, "Value": voters_record([1, 2, 3, 4], 6)}]), 20)
+    assert f.voters == (1, 2, 3, 4) and f.high_watermark == 1  # uncommitted, but in effect
+    f.handle(begin(3, 2, epoch=2), 30)  # a new leader whose log has epoch 1 only up to offset 1
+    f.handle(message("FetchResponse", 3, 2, ErrorCode=0, HighWatermark=1, DivergingEpoch={"Epoch": 1, "EndOffset": 1},
+                     CurrentLeader={"LeaderId": 3, "LeaderEpoch": 2}, Records=[]), 40)
+    assert f.log.end_offset == 1 and f.voters == (1, 2, 3)

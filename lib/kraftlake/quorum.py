@@ -200,7 +200,9 @@ def raft_config(properties: Mapping[str, str], startup: Mapping | None) -> RaftC
 @dataclass
 class Replica:
     """One quorum replica between events: its node (None until it first starts), whether it is down,
-    what it needs to restart (its config and voters), and the last event it handled."""
+    what it needs to restart (its config and voters), the last event it handled, and its view of the
+    replicas as of its last event as leader (``quorum_replicas`` keeps the last term's view of every
+    replica that led, so the tables do not depend on where a micro-batch happened to end)."""
 
     replica_id: int
     node: RaftNode | None = None
@@ -208,19 +210,19 @@ class Replica:
     startup: dict | None = None
     last_offset: int = -1
     last_time: int | None = None
-    leader_seen: bool = field(default=False)
+    view: list[dict] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps({"replica_id": self.replica_id, "node": None if self.node is None else self.node.to_dict(),
                            "down": self.down, "startup": self.startup, "last_offset": self.last_offset,
-                           "last_time": self.last_time, "leader_seen": self.leader_seen}, separators=(",", ":"))
+                           "last_time": self.last_time, "view": self.view}, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str | None, replica_id: int, properties: Mapping[str, str]) -> Replica:
         if not text:
             return cls(replica_id)
         d = json.loads(text)
-        r = cls(d["replica_id"], None, d["down"], d["startup"], d["last_offset"], d["last_time"], d["leader_seen"])
+        r = cls(d["replica_id"], None, d["down"], d["startup"], d["last_offset"], d["last_time"], d["view"])
         if d["node"] is not None:
             r.node = RaftNode.from_dict(d["node"], raft_config(properties, r.startup))
         return r
@@ -270,6 +272,8 @@ class Replica:
             rows += [("quorum_events", self._event_row(event, e["time_ms"], e)) for e in self.node.events]
             self.node.events.clear()
         self.last_offset, self.last_time = event["offset"], now
+        if self.node is not None and self.node.state == LEADER and not self.down:
+            self.view = self._leader_view()
         return rows, sent
 
     def _start(self, event: Mapping | None, now: int, properties: Mapping[str, str]) -> list[dict]:
@@ -316,29 +320,32 @@ class Replica:
             "last_fetched_epoch": node.log.last_epoch, "current_voters": list(node.voters),
             "target_voters": None if node.target_voters is None else list(node.target_voters),
             "offset": self.last_offset, "timestamp": now})]
-        if node.state == LEADER and not self.down:
-            self.leader_seen = True
-        if not self.leader_seen or node.leader_id != self.replica_id:
-            return rows
+        return rows + [("quorum_replicas", row) for row in self.view]
+
+    def _leader_view(self) -> list[dict]:
+        node = self.node
+        assert node is not None and self.last_time is not None
+        now = self.last_time
         progress = node.replica_progress()
         end = node.log.end_offset
         target = node.target_voters
+        rows = []
         for r in sorted(set(progress) | set(node.voters)):
             p = progress.get(r)
             me = r == self.replica_id
             log_end = end if me else (-1 if p is None or p.end_offset is None else p.end_offset)
             caught_up = now if me else (-1 if p is None else p.last_caught_up_ms)
-            rows.append(("quorum_replicas", {
+            rows.append({
                 "leader_id": self.replica_id, "leader_epoch": node.epoch, "replica_id": r,
                 "status": "Leader" if me else "Follower" if r in node.voters else "Observer",
                 "log_end_offset": log_end, "lag": end - log_end if log_end >= 0 else None,
                 "last_fetch_timestamp": now if me else (None if p is None or p.last_fetch_ms < 0 else p.last_fetch_ms),
-                "last_caught_up_timestamp": None if caught_up is None or caught_up < 0 else caught_up,
-                "lag_time_ms": None if caught_up is None or caught_up < 0 else now - caught_up,
+                "last_caught_up_timestamp": None if caught_up < 0 else caught_up,
+                "lag_time_ms": None if caught_up < 0 else now - caught_up,
                 "reassignment": None if target is None else
                 "Adding" if r in target and r not in node.voters else
                 "Removing" if r not in target and r in node.voters else None,
-                "offset": self.last_offset, "timestamp": now}))
+                "offset": self.last_offset, "timestamp": now})
         return rows
 
 

@@ -850,8 +850,8 @@ class RaftNode:
         reply(NONE)
 
     def _maybe_change_voters(self, now: int, out: list[dict]) -> None:
-        """One voter change at a time, each only once the previous one is committed: add a target voter
-        that has caught up to the high watermark, else remove a voter not in the target (the leader
+        """One voter change at a time, each only once the previous one is committed: first add the target
+        voters, each once it has caught up to the high watermark, then remove the others (the leader
         last). A leader that committed a voter set without itself resigns."""
         latest = self.log.latest_voters()
         if latest is not None and latest[1] >= self.high_watermark:
@@ -868,15 +868,16 @@ class RaftNode:
             self.target_voters = None
             self.note(now, "voter_change_completed", voters=list(self.voters))
             return
-        ready = [v for v in target if v not in self.voters and self._progress.get(v) is not None
-                 and (self._progress[v].end_offset or 0) >= self.high_watermark]
-        extra = sorted((v for v in self.voters if v not in target), key=lambda v: (v == self.node_id, v))
-        if ready:
-            new, change = self.voters + (ready[0],), {"added": ready[0]}
-        elif extra and (extra[0] != self.node_id or all(v in self.voters for v in target)):
-            new, change = tuple(v for v in self.voters if v != extra[0]), {"removed": extra[0]}
+        missing = [v for v in target if v not in self.voters]
+        if missing:  # add before removing: the quorum never shrinks below what it had on the way
+            ready = [v for v in missing if self._progress.get(v) is not None
+                     and (self._progress[v].end_offset or 0) >= self.high_watermark]
+            if not ready:
+                return  # a new voter must catch up first (it fetches as an observer)
+            new, change = tuple(sorted(self.voters + (ready[0],))), {"added": ready[0]}
         else:
-            return  # waiting for a new voter to catch up
+            extra = min((v for v in self.voters if v not in target), key=lambda v: (v == self.node_id, v))
+            new, change = tuple(v for v in self.voters if v != extra), {"removed": extra}
         offset = self.log.append(self.epoch, voters_record(new, now))
         self._refresh_voters()
         self.note(now, "voters_changed", voters=list(self.voters), offset=offset, **change)
