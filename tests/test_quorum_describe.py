@@ -75,3 +75,27 @@ def test_a_real_log_without_traffic_is_described_from_its_records(fixtures_dir, 
                               "--replication"], cwd=REPO_ROOT, env=controller_env(), capture_output=True, text=True,
                              timeout=120)
     assert missing.returncode == 1 and "ingest a log first" in missing.stderr
+
+
+def test_quorum_files_beside_a_log_are_stored_and_a_bad_one_is_rejected(fixtures_dir, tmp_path):
+    import shutil
+
+    source = tmp_path / "__cluster_metadata-0"
+    shutil.copytree(fixtures_dir / "single-broker-shutdown" / "__cluster_metadata-0", source)
+    (source / "leader-epoch-checkpoint").write_text("0\n2\n1 0\n3 120\n")
+    warehouse = Warehouse(str(tmp_path / "w"), engine="delta-rs")
+    ingest_source(warehouse, str(source))
+    rows = {r["kind"]: r for r in warehouse.read_arrow("quorum_files").to_pylist()}
+    # the fixture's quorum-state: {"leaderId":1,"leaderEpoch":1,"votedId":-1,...,"currentVoters":[{"voterId":1}]}
+    state = rows["quorum-state"]
+    assert (state["leader_id"], state["leader_epoch"], state["voted_id"], state["current_voters"]) == (1, 1, -1, [1])
+    assert rows["leader-epoch-checkpoint"]["epochs"] == [{"epoch": 1, "start_offset": 0},
+                                                         {"epoch": 3, "start_offset": 120}]
+    bad = tmp_path / "bad" / "__cluster_metadata-0"
+    shutil.copytree(fixtures_dir / "single-broker-shutdown" / "__cluster_metadata-0", bad)
+    (bad / "leader-epoch-checkpoint").write_text("0\n3\n1 0\nbroken\n")
+    other = Warehouse(str(tmp_path / "w2"), engine="delta-rs")
+    ingest_source(other, str(bad))
+    rejected = other.read_arrow("rejected").to_pylist()
+    assert [(r["source"], "line 4" in r["reason"]) for r in rejected] == [(str(bad / "leader-epoch-checkpoint"), True)]
+    assert other.read_arrow("metadata_log").num_rows == warehouse.read_arrow("metadata_log").num_rows  # log kept

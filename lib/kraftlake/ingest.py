@@ -10,6 +10,7 @@ log's end are already there and are skipped), hand-written events get the next o
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sys
 import time
@@ -21,7 +22,7 @@ from typing import Callable, Iterable, Iterator, Protocol, TextIO
 import pyarrow as pa
 
 from kraftlake import codec, events
-from kraftlake.codec.logdir import SNAPSHOT_NAME, Item, Rejection
+from kraftlake.codec.logdir import RAW_LIMIT, SNAPSHOT_NAME, Item, Rejection
 from kraftlake.schemas import metadata_log_schema, table_arrow_schema
 from kraftlake.tables import events_to_arrow, rejections_to_arrow
 
@@ -195,6 +196,34 @@ def _chunks(events_: Iterator[dict], size: int) -> Iterator[list[dict]]:
         yield chunk
 
 
+def read_quorum_files(path: Path) -> tuple[list[dict], list[Rejection]]:
+    """The partition directory's ``quorum-state`` and ``leader-epoch-checkpoint``, when present, as
+    ``quorum_files`` rows; a file that is not what its name says is a rejection (the log still goes in)."""
+    rows, rejections = [], []
+    for name in ("quorum-state", "leader-epoch-checkpoint"):
+        file = path / name
+        if not file.is_file():
+            continue
+        content = file.read_bytes()
+        row = {"file": str(file), "kind": name, "leader_id": None, "leader_epoch": None, "voted_id": None,
+               "current_voters": None, "epochs": None, "content": content.decode("utf-8", "replace")}
+        try:
+            if name == "quorum-state":
+                state = codec.read_quorum_state(file)
+                voters = state.get("currentVoters")
+                row.update(leader_id=state.get("leaderId"), leader_epoch=state.get("leaderEpoch"),
+                           voted_id=state.get("votedId"),
+                           current_voters=None if voters is None else [v["voterId"] for v in voters])
+            else:
+                row["epochs"] = [{"epoch": e, "start_offset": o} for e, o in codec.read_leader_epoch_checkpoint(file)]
+        except (ValueError, KeyError, TypeError) as exc:
+            rejections.append(Rejection(str(file), None, None, "CORRUPT_MESSAGE", f"{name}: {exc}",
+                                        content[:RAW_LIMIT], len(content), unit="line"))
+            continue
+        rows.append(row)
+    return rows, rejections
+
+
 def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_history: bool = False,
                   batch_records: int = 50_000, progress_every: float = 5.0) -> SourceSummary:
     path = Path(source).resolve()
@@ -205,8 +234,10 @@ def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_his
     summary = SourceSummary(str(path), kind)
     digest, summary.bytes = fingerprint(path, kind, full_history)
     txn = (f"kraftlake-ingest-{digest}", 1)
-    if kind == "partition-dir" and (path / "quorum-state").is_file():
-        summary.quorum_state = codec.read_quorum_state(path / "quorum-state")
+    quorum_files, quorum_rejections = read_quorum_files(path) if kind == "partition-dir" else ([], [])
+    summary.quorum_state = next((json.loads(f["content"]) for f in quorum_files if f["kind"] == "quorum-state"), None)
+    if strict and quorum_rejections:
+        raise StrictModeError(quorum_rejections[0])
     log_done = tables.txn_version("metadata_log", txn[0]) is not None
     rejected_done = tables.txn_version("rejected", txn[0]) is not None
     if log_done and rejected_done:
@@ -228,8 +259,12 @@ def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_his
             if sequencer.failure is not None:
                 raise sequencer.failure from None
             raise
+    if quorum_files:
+        tables.append("quorum_files", pa.Table.from_pylist(quorum_files, table_arrow_schema("quorum_files")),
+                      table_arrow_schema("quorum_files"), txn)
     # Committed even when empty: the transaction id is what marks the source as fully ingested.
-    tables.append("rejected", rejections_to_arrow(sequencer.rejections), table_arrow_schema("rejected"), txn)
+    tables.append("rejected", rejections_to_arrow(sequencer.rejections + quorum_rejections),
+                  table_arrow_schema("rejected"), txn)
     summary.seconds = time.monotonic() - started
     return summary
 

@@ -10,6 +10,7 @@ from kraftlake.codec.logdir import (
     decode_snapshot,
     list_partition_dir,
     read_partition_dir,
+    read_leader_epoch_checkpoint,
     read_quorum_state,
     snapshot_end_offset,
 )
@@ -18,5 +19,5 @@ from kraftlake.codec.messages import MessageError, decode_message, encode_messag
 __all__ = [
     "CorruptLogError", "Item", "Rejection", "MessageError", "decode_buffer", "decode_file",
     "decode_message", "decode_partition_dir", "decode_snapshot", "encode_message", "list_partition_dir",
-    "read_partition_dir", "read_quorum_state", "snapshot_end_offset",
+    "read_leader_epoch_checkpoint", "read_partition_dir", "read_quorum_state", "snapshot_end_offset",
 ]

@@ -352,6 +352,24 @@ def read_partition_dir(path: str | os.PathLike, full_history: bool = False) -> I
         yield item
 
 
+def read_leader_epoch_checkpoint(path: str | os.PathLike) -> list[tuple[int, int]]:
+    """Kafka's ``leader-epoch-checkpoint`` (LeaderEpochCheckpointFile): a version line (0), a count line,
+    then one "epoch start-offset" line per epoch; ValueError naming the line when it is not that."""
+    lines = Path(path).read_text().splitlines()
+    if len(lines) < 2 or lines[0].strip() != "0" or not lines[1].strip().isdigit():
+        raise ValueError(f"{path}: line 1-2: not a leader-epoch-checkpoint (version 0, then a count)")
+    count = int(lines[1])
+    entries = []
+    for number, line in enumerate(lines[2:], start=3):
+        parts = line.split()
+        if len(parts) != 2 or not all(p.lstrip("-").isdigit() for p in parts):
+            raise ValueError(f"{path}: line {number}: expected 'epoch start-offset', got {line!r}")
+        entries.append((int(parts[0]), int(parts[1])))
+    if len(entries) != count:
+        raise ValueError(f"{path}: line 2 announces {count} epochs, the file has {len(entries)}")
+    return entries
+
+
 def read_quorum_state(path: str | os.PathLike) -> dict:
     """Kafka's ``quorum-state`` file: QuorumStateData as JSON plus its ``data_version``."""
     text = Path(path).read_text()
