@@ -6,8 +6,11 @@
 Replays the log's records and decides its requests (BrokerHeartbeatRequest, CreateTopicsRequest, ...)
 as Kafka's controller would. Writes brokers, topics, configs, partitions (current state),
 partition_history (every change), controller_log (the records the controller generated),
-responses (its answer to each request) and rejected (what does not apply). The checkpoint lives in W/_checkpoints/controller; kill the job at
-any point and start it again: the tables end as if it had never stopped.
+responses (its answer to each request) and rejected (what does not apply). A second query replays the
+metadata quorum's traffic (VoteRequest, FetchRequest, ... addressed to replicas) into quorum_state,
+quorum_replicas and quorum_events (``kraftlake.quorum_stream``). The checkpoints live in
+W/_checkpoints/controller (the quorum query's in its quorum/ folder); kill the job at any point and
+start it again: the tables end as if it had never stopped.
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     if not finished:
         return 130
     counts = {name: warehouse.read_arrow(name, columns=[]).num_rows
-              for name in ("brokers", "topics", "partitions", "partition_history", "rejected")
+              for name in ("brokers", "topics", "partitions", "partition_history", "rejected", "quorum_state",
+                           "quorum_events")
               if warehouse.exists(name)}
     print("controller: " + ", ".join(f"{name} {count:,}" for name, count in counts.items()))
     return 0

@@ -70,15 +70,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     quorum.add_argument("--voters", type=int, default=3)
     quorum.add_argument("--observers", type=int, default=0)
     quorum.add_argument("--duration-ms", type=int, default=20000)
+    quorum.add_argument("--alter-every-ms", type=int, default=0,
+                        help="mean time between AlterQuorum requests (voter changes); 0: none")
     add_common_arguments(parser)
     return parser.parse_args(argv)
 
 
 def run_quorum(warehouse, args: argparse.Namespace) -> int:
+    from kraftlake.quorum_sim import SimConfig
     from kraftlake.quorum_traffic import write_simulation
 
     result = write_simulation(warehouse, seed=args.seed, voters=args.voters, observers=args.observers,
-                              duration_ms=args.duration_ms)
+                              duration_ms=args.duration_ms, config=SimConfig(alter_every_ms=args.alter_every_ms))
     leaders = ", ".join(f"{epoch}: {leader}" for epoch, leader in sorted(result.leaders.items()))
     print(f"quorum: {args.voters} voter(s), {args.observers} observer(s), {args.duration_ms} ms, seed {args.seed}: "
           f"{result.messages:,} messages, {result.committed:,} committed")
