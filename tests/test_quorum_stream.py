@@ -111,3 +111,29 @@ def test_sigkill_mid_run_then_restart_keeps_the_quorum_tables_exact(spark, tmp_p
     assert restarted.returncode == 0, restarted.stdout[-3000:]
     assert len(committed_batches(checkpoint)) > len(done_at_kill)
     assert normalised(table_rows(warehouse)) == expected, f"killed after quorum batch {done_at_kill[-1]}"
+
+
+def test_a_malformed_message_is_rejected_with_its_offset_and_the_replica_goes_on():
+    result = simulate(2, SimConfig(voters=3, duration_ms=3000))
+    traffic = [dict(e) for e in result.traffic]
+    fetch = next(i for i, e in enumerate(traffic) if e["type"] == "FetchResponse" and
+                 e["data"]["Responses"][0]["Partitions"][0]["Records"])
+    part = traffic[fetch]["data"]["Responses"][0]["Partitions"][0]
+    damaged = bytearray(part["Records"])
+    damaged[-1] ^= 0xFF  # the CRC no longer matches
+    traffic[fetch] = {**traffic[fetch], "data": {**traffic[fetch]["data"], "Responses": [
+        {**traffic[fetch]["data"]["Responses"][0], "Partitions": [{**part, "Records": bytes(damaged)}]}]}}
+    traffic.insert(fetch + 1, {**traffic[fetch], "type": "VoteRequest", "data": {"Topics": []}})
+    for offset, event in enumerate(traffic):
+        event["offset"] = offset
+    tables, replicas = replay_quorum(traffic)
+    rejected = tables["rejected"]
+    assert [(r["offset"], r["type"]) for r in rejected] == [(fetch, "FetchResponse"), (fetch + 1, "VoteRequest")]
+    assert all(r["stage"] == "replay" and str(traffic[fetch]["destination_id"]) in r["reason"] for r in rejected)
+    # the replica went on handling what came after, and its log has none of the damaged batch
+    replica = traffic[fetch]["destination_id"]
+    later = [e["offset"] for e in traffic[fetch + 2:] if e["destination_id"] == replica and e["type"].endswith("Request")]
+    answered = {r["offset"] for r in tables["responses"]}
+    assert later and set(later) <= answered
+    node = replicas[replica].node
+    assert node.high_watermark <= node.log.end_offset

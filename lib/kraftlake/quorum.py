@@ -262,7 +262,17 @@ class Replica:
                 sent += self._start(None, now, properties)
                 node = self.node
             assert node is not None
-            replies = node.handle(to_node_message(event), now)
+            try:
+                message = to_node_message(event)
+            except (ValueError, KeyError, TypeError) as exc:  # malformed: reported, nothing else changes
+                rows.append(("rejected", {
+                    "stage": "replay", "source": event.get("source"), "position": event.get("position"),
+                    "offset": event["offset"], "type": t, "version": event.get("version"),
+                    "error": "INVALID_REQUEST" if t.endswith("Request") else "CORRUPT_MESSAGE",
+                    "reason": f"replica {self.replica_id} cannot read this {t}: {exc!r}", "raw": None,
+                    "raw_length": None}))
+                message = None
+            replies = [] if message is None else node.handle(message, now)
             sent += replies
             if t.endswith("Request"):
                 answer = next((m for m in replies if m["type"] == t.replace("Request", "Response")), None)
@@ -370,7 +380,7 @@ def replay_quorum(events: Iterable[Mapping], properties: Mapping[str, str] | Non
     streaming job is tested against."""
     properties = properties or {}
     replicas: dict[int, Replica] = {}
-    appended: dict[str, list[dict]] = {"quorum_events": [], "responses": []}
+    appended: dict[str, list[dict]] = {"quorum_events": [], "responses": [], "rejected": []}
     for event in events:
         if not is_quorum_event(event) or event.get("destination_id") is None:
             continue

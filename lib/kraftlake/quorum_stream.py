@@ -4,7 +4,8 @@ A second streaming query beside the controller's, over the same ``metadata_log``
 quorum's traffic (``schemas.QUORUM_TRAFFIC``, addressed by ``destination_id``), groups it by replica
 and runs ``quorum.Replica.apply`` per replica in ``applyInPandasWithState``, the replica's whole state
 (its ``RaftNode``, log included) in the state store. The sink commits ``quorum_state`` and
-``quorum_replicas`` (MERGE), ``quorum_events`` and the replicas' answers in ``responses`` (append), each
+``quorum_replicas`` (MERGE), ``quorum_events``, the replicas' answers in ``responses`` and what they
+cannot read in ``rejected`` (append), each
 write tagged with the Delta transaction (``kraftlake-quorum-<query id>``, batch id), so a restart
 never writes a batch twice. Its checkpoint is the ``quorum`` folder inside the controller's.
 
@@ -97,7 +98,7 @@ def write_quorum_outputs(warehouse: Warehouse, rows: list[tuple[str, int, int, d
     append events and answers."""
     ordered = sorted(rows, key=lambda r: (r[1], r[2]))
     written = {}
-    for name in ("quorum_events", "responses"):
+    for name in ("quorum_events", "responses", "rejected"):
         found = [r[3] for r in ordered if r[0] == name]
         if found:
             warehouse.append(name, arrow_rows(name, found), table_arrow_schema(name), txn)
@@ -118,7 +119,7 @@ def start_quorum(warehouse: Warehouse, checkpoint: str, once: bool, properties: 
 
     from kraftlake.streaming import query_id
 
-    for name in QUORUM_TABLES + ("responses",):
+    for name in QUORUM_TABLES + ("responses", "rejected"):
         warehouse.create_if_missing(name, table_arrow_schema(name))
     present = {f.name for f in metadata_log_schema()}
     columns = ENVELOPE + sorted(t for t in QUORUM_TRAFFIC if t in present)
