@@ -134,7 +134,21 @@ class StructSpec:
     fields: tuple[FieldSpec, ...]
 
     def defaults(self) -> dict[str, Any]:
-        return {f.name: f.default() for f in self.fields}
+        """A fresh dict of every field's default (callers fill it in): immutable defaults are computed
+        once, lists and nested structs made anew, as this runs for every record the core builds."""
+        out = dict(self._scalar_defaults)
+        for f in self._fresh_defaults:
+            out[f.name] = [] if f.is_array else f.struct.defaults()  # type: ignore[union-attr]
+        return out
+
+    @cached_property
+    def _fresh_defaults(self) -> tuple[FieldSpec, ...]:
+        return tuple(f for f in self.fields if f.kafka_default != "null" and (f.is_array or f.struct is not None))
+
+    @cached_property
+    def _scalar_defaults(self) -> dict[str, Any]:
+        fresh = {f.name for f in self._fresh_defaults}
+        return {f.name: (f.default() if f.name not in fresh else None) for f in self.fields}
 
     @cached_property
     def arrow_type(self) -> pa.StructType:
