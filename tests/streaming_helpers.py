@@ -11,6 +11,8 @@ import io
 import json
 import os
 import random
+import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -265,6 +267,27 @@ def controller_command(warehouse: Path, batch: int) -> list[str]:
 def controller_env() -> dict[str, str]:
     path = os.pathsep.join(p for p in [str(REPO_ROOT / "lib"), os.environ.get("PYTHONPATH")] if p)
     return {**os.environ, "PYTHONPATH": path, "PYSPARK_PYTHON": sys.executable}
+
+
+def kill_controller_when(command: list[str], ready: Callable[[], bool], log: Path,
+                         aim: Callable[[], bool] | None = None) -> None:
+    """A real crash: start the controller job in its own process group, wait until ``ready()``, then
+    (best effort, up to 10 s) until ``aim()``, and SIGKILL the whole group."""
+    with log.open("w") as out:
+        process = subprocess.Popen(command, cwd=REPO_ROOT, env=controller_env(), stdout=out, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        try:
+            assert wait_for(lambda: ready() or process.poll() is not None, 180) and process.poll() is None, (
+                f"expected the controller to be running (exit {process.poll()}):\n{log.read_text()[-4000:]}")
+            if aim is not None:
+                wait_for(lambda: aim() or process.poll() is not None, 10)
+                assert process.poll() is None, f"the controller finished before the kill:\n{log.read_text()[-4000:]}"
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(30)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(30)
 
 
 def wait_for(condition: Callable[[], bool], timeout: float) -> bool:

@@ -170,3 +170,15 @@ def test_stream_sees_rows_appended_while_running_and_stops_on_schema_change(
     finally:
         query.stop()
     assert seen == [0, 1, 2, 7, 8, 9, 15, 16, 17, 18]
+
+
+def test_stream_of_some_columns_and_types_only(warehouse: Warehouse, tmp_path: Path) -> None:
+    rows = log_rows(list(range(10)))
+    kinds = ["NoOpRecord" if o % 3 else "PartitionChangeRecord" for o in range(10)]
+    warehouse.append("metadata_log", rows.set_column(2, "type", pa.array(kinds)), LOG)
+    df = warehouse.read_stream("metadata_log", max_records_per_batch=4, columns=["offset", "type"],
+                               types=["PartitionChangeRecord"])
+    assert df.columns == ["offset", "type"]
+    batches = run_available_now(df, tmp_path / "checkpoint")
+    # batches are still bounded by offsets (0-3, 4-7, 8-9); only the rows of the type come through
+    assert batches == [(0, [0, 3]), (1, [6]), (2, [9])]

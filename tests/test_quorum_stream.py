@@ -4,8 +4,6 @@ that wrote the traffic (the replicas are rebuilt exactly from what they received
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 
 import pytest
@@ -17,8 +15,8 @@ from kraftlake.quorum_traffic import write_simulation
 from kraftlake.raft import LEADER
 from kraftlake.storage import Warehouse
 from kraftlake.tables import rows_to_events
-from streaming_helpers import (REPO_ROOT, committed_batches, controller_command, controller_env, plain, run_controller,
-                               sorted_rows, wait_for)
+from streaming_helpers import (REPO_ROOT, committed_batches, controller_command, controller_env, kill_controller_when,
+                               plain, run_controller, sorted_rows)
 
 CFG = SimConfig(voters=3, observers=2, alter_every_ms=1500, crash_every_ms=3000, resign_every_ms=4000)
 TABLES = ("quorum_state", "quorum_replicas", "quorum_events")
@@ -93,18 +91,7 @@ def test_sigkill_mid_run_then_restart_keeps_the_quorum_tables_exact(spark, tmp_p
     expected = normalised(core_tables(warehouse))
     checkpoint = killed / "_checkpoints" / "controller" / "quorum"
     command = controller_command(killed, 30)
-    with (tmp_path / "killed.log").open("w") as out:
-        process = subprocess.Popen(command, cwd=REPO_ROOT, env=controller_env(), stdout=out,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            assert wait_for(lambda: len(committed_batches(checkpoint)) >= 2 or process.poll() is not None, 180)
-            assert process.poll() is None, (tmp_path / "killed.log").read_text()[-3000:]
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(30)
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(30)
+    kill_controller_when(command, lambda: len(committed_batches(checkpoint)) >= 2, tmp_path / "killed.log")
     done_at_kill = committed_batches(checkpoint)
     restarted = subprocess.run(command, cwd=REPO_ROOT, env=controller_env(), stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, timeout=300)

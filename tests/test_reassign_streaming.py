@@ -10,9 +10,6 @@ A partition's state is written ``(replicas, isr, leader, leader epoch, partition
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 from argparse import Namespace
 from datetime import datetime, timezone
@@ -22,7 +19,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from controller_scenarios import RequestLog, core_tables, ingest, isr_change, logged_events, new_topic, spark_tables
-from streaming_helpers import committed_batches, controller_command, controller_env, run_controller, wait_for
+from streaming_helpers import committed_batches, controller_command, kill_controller_when, run_controller
 from kraftlake.config import config_from_args
 from kraftlake.ingest import ingest_source
 from kraftlake.runtime import kafka_configs, register_views
@@ -268,20 +265,7 @@ def test_sigkill_in_the_middle_of_a_reassignment_then_restart(spark: SparkSessio
         done = committed_batches(checkpoint)
         return bool(done) and _end_offset(checkpoint, done[-1]) >= at["add 4"]
 
-    output = tmp_path / "controller-killed.log"
-    with output.open("w") as out:
-        process = subprocess.Popen(controller_command(killed, KILL_BATCH), cwd=REPO_ROOT, env=controller_env(), stdout=out,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            assert wait_for(lambda: started() or process.poll() is not None, 180) and process.poll() is None, (
-                f"expected the controller running past the start (exit {process.poll()}):\n"
-                f"{output.read_text()[-4000:]}")
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(30)
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(30)
+    kill_controller_when(controller_command(killed, KILL_BATCH), started, tmp_path / "controller-killed.log")
     done_at_kill = committed_batches(checkpoint)
     end_at_kill = _end_offset(checkpoint, done_at_kill[-1])
     assert at["add 4"] <= end_at_kill < at["add 6"], (

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
-import signal
 import subprocess
 from pathlib import Path
 
@@ -36,7 +34,7 @@ from streaming_helpers import (
     committed_batches,
     controller_command,
     controller_env,
-    wait_for,
+    kill_controller_when,
     logged_events,
     reference_tables,
     run_controller,
@@ -226,25 +224,9 @@ def test_sigkill_mid_run_then_restart_ends_as_an_uninterrupted_run(spark: SparkS
     checkpoint = killed / "_checkpoints" / "controller"
     ingest_jsonl(DeltaRsTables(str(killed)), source)
     batches = math.ceil(len(log.events) / KILL_BATCH)
-    output = tmp_path / "controller-killed.log"
-
-    with output.open("w") as out:
-        process = subprocess.Popen(controller_command(killed, KILL_BATCH), cwd=REPO_ROOT, env=controller_env(), stdout=out,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            committed = wait_for(lambda: bool(committed_batches(checkpoint)) or process.poll() is not None, 180)
-            assert committed and process.poll() is None, (
-                f"expected the controller to be running with a committed batch (exit {process.poll()}):\n"
-                f"{output.read_text()[-4000:]}")
-            # best effort: aim between a sink commit and the checkpoint's; any kill point must be safe
-            wait_for(lambda: _sink_ahead_of_checkpoint(killed, checkpoint) or process.poll() is not None, 10)
-            assert process.poll() is None, f"the controller finished before the kill:\n{output.read_text()[-4000:]}"
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(30)
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(30)
+    # best effort: aim between a sink commit and the checkpoint's; any kill point must be safe
+    kill_controller_when(controller_command(killed, KILL_BATCH), lambda: bool(committed_batches(checkpoint)),
+                         tmp_path / "controller-killed.log", aim=lambda: _sink_ahead_of_checkpoint(killed, checkpoint))
     done_at_kill = committed_batches(checkpoint)
     assert len(done_at_kill) < batches, f"killed after all {batches} batches, not mid-run"
 

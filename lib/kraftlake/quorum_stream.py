@@ -123,7 +123,8 @@ def start_quorum(warehouse: Warehouse, checkpoint: str, once: bool, properties: 
         warehouse.create_if_missing(name, table_arrow_schema(name))
     present = {f.name for f in metadata_log_schema()}
     columns = ENVELOPE + sorted(t for t in QUORUM_TRAFFIC if t in present)
-    source = warehouse.read_stream("metadata_log", max_records_per_batch=max_records_per_batch, columns=columns)
+    source = warehouse.read_stream("metadata_log", max_records_per_batch=max_records_per_batch, columns=columns,
+                                   types=sorted(QUORUM_TRAFFIC))
     outputs = (traffic(source).groupBy("destination_id")
                .applyInPandasWithState(replica_function(properties), OUTPUT_SCHEMA, STATE_SCHEMA, "append",
                                        GroupStateTimeout.NoTimeout))

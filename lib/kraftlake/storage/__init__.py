@@ -119,11 +119,12 @@ class Warehouse(DeltaRsTables):
 
     def read_stream(
         self, name: str, max_records_per_batch: int | None = None, max_files_per_trigger: int | None = None,
-        columns: list[str] | None = None,
+        columns: list[str] | None = None, types: list[str] | None = None,
     ) -> DataFrame:
         """A stream of the table's rows; each engine bounds micro-batches its own way (see ``native``):
         delta-rs by rows of the ``offset`` column, native by files. ``columns``: read only these (a query
-        that needs a few columns of a wide table then reads only their Parquet column chunks)."""
+        that needs a few columns of a wide table then reads only their Parquet column chunks); ``types``:
+        only rows whose ``type`` is one of these (filtered before they reach Spark)."""
         spark = self._session()
         if self.engine == NATIVE:
             from kraftlake.storage import native
@@ -134,6 +135,10 @@ class Warehouse(DeltaRsTables):
                     "bound micro-batches by files (max_files_per_trigger)"
                 )
             stream = native.read_stream(spark, self.path(name), max_files_per_trigger)
+            if types is not None:
+                from pyspark.sql import functions as F
+
+                stream = stream.where(F.col("type").isin(*types))
             return stream if columns is None else stream.select(*columns)
         if max_files_per_trigger is not None:
             raise ValueError("max_files_per_trigger is a native-engine option; delta-rs bounds batches by rows")
@@ -143,6 +148,8 @@ class Warehouse(DeltaRsTables):
         reader = spark.readStream.format(datasource.NAME)
         if max_records_per_batch is not None:
             reader = reader.option("maxRecordsPerBatch", max_records_per_batch)
+        if types is not None:
+            reader = reader.option("typeIn", ",".join(types))
         if columns is not None:  # the source reads the columns of the schema it is given
             from deltalake import DeltaTable
             from pyspark.sql.types import StructType

@@ -171,10 +171,13 @@ def split_range(table: DeltaTable, column: str, lo: int, hi: int, target_rows: i
     return list(zip(bounds, bounds[1:]))
 
 
-def read_range(table: DeltaTable, column: str, lo: int, hi: int, columns: list[str] | None = None) -> pa.Table:
-    """Rows with lo < column <= hi, sorted by it; files outside the range are skipped via the log."""
+def read_range(table: DeltaTable, column: str, lo: int, hi: int, columns: list[str] | None = None,
+               where: pc.Expression | None = None) -> pa.Table:
+    """Rows with lo < column <= hi (and ``where``), sorted by it; files outside the range are skipped via
+    the log."""
     files = [r.path for r in file_ranges(table, column) if r.num_records and r.may_hold_in(lo, hi)]
-    rows = dataset(table, files).to_table(columns=columns, filter=(pc.field(column) > lo) & (pc.field(column) <= hi))
+    condition = (pc.field(column) > lo) & (pc.field(column) <= hi)
+    rows = dataset(table, files).to_table(columns=columns, filter=condition if where is None else condition & where)
     return rows.sort_by(column)
 
 
