@@ -260,7 +260,7 @@ class ClusterImage:
             self.pending_events,
         ]
         text = json.dumps(doc, separators=(",", ":"), ensure_ascii=False, default=_encode_bytes)
-        return zlib.compress(text.encode("utf-8"), 6)
+        return zlib.compress(text.encode("utf-8"), 1)  # level 6: 20% smaller, 5x slower (ADR 0004)
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> ClusterImage:
