@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import operator
 import os
 import signal
 import sys
@@ -23,18 +24,23 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, TextIO
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from kraftlake.quorum_stream import QUORUM_TABLES, start_quorum
 from kraftlake.schemas import StructSpec, metadata_log_schema, registry, table_arrow_schema
-from kraftlake.shards import KEYS, SKIPPED, TOPIC_SCOPED, Output, ShardState, merged_responses, step
+from kraftlake.shards import KEYS, SKIPPED, TOPIC_SCOPED, Output, ShardState, gc_paused, merged_responses, step
 from kraftlake.tables import FIXED_COLUMNS, controller_log_schema, controller_log_to_arrow
 from kraftlake.storage import Warehouse
 
 STATE_TABLES = ("brokers", "topics", "configs", "partitions")
 APPEND_TABLES = ("partition_history", "rejected")
 DERIVED_TABLES = STATE_TABLES + ("partition_history", "controller_log", "responses") + QUORUM_TABLES
-OUTPUT_SCHEMA = "table string, op string, offset long, seq int, row string"
+# Rows of these tables (nearly every row the controller writes) leave a shard as one Arrow IPC stream
+# per table and micro-batch, in ``rows`` (op ``arrow``); every other row as JSON in ``row`` (ADR 0004).
+TYPED_TABLES = ("partition_history", "partitions")
+ARROW_OP = "arrow"
+OUTPUT_SCHEMA = "table string, op string, offset long, seq int, row string, rows binary"
 STATE_SCHEMA = "state binary"
 TIMESTAMP_COLUMNS = {"last_timestamp", "timestamp"}
 
@@ -49,28 +55,57 @@ class ControllerSettings:
     kafka_config: Mapping[str, str] = field(default_factory=dict)  # broker.session.timeout.ms, ...
 
 
+def _plan(spec: StructSpec) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    """A struct's field names, and the fields that need more than a copy (nested structs, bytes)."""
+    plan = _PLANS.get(id(spec))
+    if plan is None:
+        special = tuple(f for f in spec.fields if f.struct is not None or f.element in ("bytes", "records"))
+        plan = _PLANS[id(spec)] = (tuple(f.name for f in spec.fields), special)
+    return plan
+
+
+_PLANS: dict[int, tuple[tuple[str, ...], tuple[Any, ...]]] = {}
+
+
 def _with_nulls(spec: StructSpec, data: dict) -> dict:
     """The payload as replay expects it: every field present (Spark's JSON omits a nested struct's
     absent fields) and bytes as bytes (Spark's JSON carries them as base64)."""
-    out = {}
-    for f in spec.fields:
-        value = data.get(f.name)
+    names, special = _plan(spec)
+    if not special and len(data) == len(names):
+        return data  # to_json(ignoreNullFields=false) wrote every field of the type's struct column
+    out = {name: data.get(name) for name in names}
+    for f in special:
+        value = out[f.name]
         if value is not None:
             if f.struct is not None:
                 value = [_with_nulls(f.struct, v) for v in value] if f.is_array else _with_nulls(f.struct, value)
-            elif f.element in ("bytes", "records"):
+            else:
                 value = [base64.b64decode(v) for v in value] if f.is_array else base64.b64decode(value)
-        out[f.name] = value
+            out[f.name] = value
     return out
 
 
 def event_from_row(row: dict) -> dict:
     """A routed ``metadata_log`` row (payload as JSON) back into an event dict (ADR 0001)."""
-    spec = registry()[row["type"]]
-    payload = json.loads(row["payload"]) if row["payload"] else {}
-    return {"offset": int(row["offset"]), "leader_epoch": int(row["leader_epoch"]),
-            "timestamp": int(row["ts"]), "type": row["type"], "version": int(row["version"]),
-            "data": _with_nulls(spec, payload), "source": row["source"], "position": row["position"]}
+    return _event(row["offset"], row["leader_epoch"], row["ts"], row["type"], row["version"], row["payload"],
+                  row["source"], row["position"])
+
+
+def _event(offset: Any, leader_epoch: Any, ts: Any, type_: str, version: Any, payload: str | None,
+           source: Any, position: Any) -> dict:
+    data = json.loads(payload) if payload else {}
+    return {"offset": int(offset), "leader_epoch": int(leader_epoch), "timestamp": int(ts), "type": type_,
+            "version": int(version), "data": _with_nulls(registry()[type_], data),
+            "source": source if isinstance(source, str) else None,
+            "position": None if position is None or position != position else int(position)}  # NaN: null
+
+
+ROUTED_COLUMNS = ("offset", "leader_epoch", "ts", "type", "version", "payload", "source", "position")
+
+
+def events_of_frames(frames: Iterator[Any]) -> list[dict]:
+    """The events of a shard's routed pandas frames, column by column (no per-row Series or dict)."""
+    return [_event(*values) for frame in frames for values in zip(*(frame[c].tolist() for c in ROUTED_COLUMNS))]
 
 
 def routed_events(spark_df: Any, shards: int) -> Any:
@@ -79,6 +114,8 @@ def routed_events(spark_df: Any, shards: int) -> Any:
 
     present = set(spark_df.columns)
     payload_columns = [f.name for f in metadata_log_schema() if f.name in present and f.name not in FIXED_COLUMNS]
+    # a row has one payload column set: the coalesce stops there, so the commonest types go first
+    payload_columns.sort(key=lambda c: c not in TOPIC_SCOPED)
     options = {"ignoreNullFields": "false"}
     payload = F.coalesce(*[F.to_json(F.col(c), options) for c in payload_columns]) if payload_columns \
         else F.lit(None).cast("string")
@@ -98,21 +135,86 @@ def shard_function(shards: int, kafka_config: Mapping[str, str]):
     config = dict(kafka_config)
 
     def run(key: tuple, frames: Iterator[Any], state: Any) -> Iterator[Any]:
-        import pandas as pd
-
         shard = int(key[0])
-        current = ShardState.from_bytes(state.get[0] if state.exists else None)
-        events = [event_from_row(row) for frame in frames for row in frame.to_dict("records")]
-        outputs = step(shard, shards, current, events, config)
-        state.update((current.to_bytes(),))
-        yield pd.DataFrame({
-            "table": [o.table for o in outputs], "op": [o.op for o in outputs],
-            "offset": pd.Series([o.offset for o in outputs], dtype="int64"),
-            "seq": pd.Series([o.seq for o in outputs], dtype="int32"),
-            "row": [json.dumps(o.row, default=_json_bytes) for o in outputs],
-        })
+        with gc_paused():
+            current = _load_state(shard, state.get[0] if state.exists else None)
+            outputs = step(shard, shards, current, events_of_frames(frames), config)
+            token = os.urandom(16)
+            state.update((_STATE_MAGIC + token + current.to_bytes(),))
+            _STATE_CACHE[shard] = (token, current)
+            frame = outputs_frame(outputs)
+        yield frame
 
     return run
+
+
+# The state store holds every shard's state as ``_STATE_MAGIC + token + ShardState.to_bytes()``, a new
+# random token per write. Each Python worker keeps the objects of the states it wrote last, by shard
+# and token: when the store hands back the bytes with the same token, they are exactly that object's
+# serialisation, so it is reused instead of parsed (ADR 0004). Any other bytes (a restart, a batch
+# re-run from an older version, a shard last run by another worker) miss and are parsed. An entry is
+# taken out while its step runs, so a step that fails half-way leaves nothing behind.
+_STATE_MAGIC = b"KLS1"  # not a valid start of the older layout (a last offset of 5.4e18)
+_STATE_CACHE: dict[int, tuple[bytes, ShardState]] = {}
+
+
+def _load_state(shard: int, raw: bytes | None) -> ShardState:
+    cached = _STATE_CACHE.pop(shard, None)
+    if raw is not None and raw[:4] == _STATE_MAGIC:
+        if cached is not None and cached[0] == raw[4:20]:
+            return cached[1]
+        raw = raw[20:]
+    return ShardState.from_bytes(raw)
+
+
+def outputs_frame(outputs: list[Output]) -> Any:
+    """A shard's outputs as one pandas frame of ``OUTPUT_SCHEMA``: the rows of each of ``TYPED_TABLES``
+    as one Arrow IPC stream (one frame row), every other row (and the deletes' keys) as JSON.
+
+    The typed rows thus cross to the driver without pandas or Spark touching them value by value
+    (pyspark converts array columns of a pandas frame element by element)."""
+    import pandas as pd
+
+    groups: dict[str, list[Output]] = {name: [] for name in TYPED_TABLES}
+    other: list[Output] = []
+    for o in outputs:
+        (groups[o.table] if o.op != "delete" and o.table in groups else other).append(o)
+    frame: dict[str, list] = {"table": [], "op": [], "offset": [], "seq": [], "row": [], "rows": []}
+    for o in other:
+        for column, value in zip(frame.values(), (o.table, o.op, o.offset, o.seq,
+                                                   json.dumps(o.row, default=_json_bytes), None)):
+            column.append(value)
+    for name, group in groups.items():
+        if group:
+            for column, value in zip(frame.values(), (name, ARROW_OP, -1, 0, None, _ipc(typed_table(name, group)))):
+                column.append(value)
+    return pd.DataFrame({**frame, "offset": pd.Series(frame["offset"], dtype="int64"),
+                         "seq": pd.Series(frame["seq"], dtype="int32")})
+
+
+def typed_table(name: str, outputs: list[Output]) -> pa.Table:
+    """Outputs of one table as Arrow: ``op``, ``offset``, ``seq``, then the table's columns (its
+    schema; timestamps from the rows' ms)."""
+    schema = table_arrow_schema(name)
+    rows = [o.row for o in outputs]
+    transposed = zip(*map(operator.itemgetter(*schema.names), rows))
+    columns = [pa.array([o.op for o in outputs], pa.string()), pa.array([o.offset for o in outputs], pa.int64()),
+               pa.array([o.seq for o in outputs], pa.int32())]
+    for f, values in zip(schema, transposed):
+        if pa.types.is_timestamp(f.type):
+            columns.append(pc.multiply(pa.array(values, pa.int64()), 1000).cast(f.type))
+        else:
+            columns.append(pa.array(values, f.type))
+    meta = [pa.field("op", pa.string()), pa.field("offset", pa.int64()), pa.field("seq", pa.int32())]
+    return pa.Table.from_arrays(columns, schema=pa.schema(meta + [f.with_name(f"_{f.name}") for f in schema]))
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression="lz4" if pa.Codec.is_available("lz4") else None)
+    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
 
 
 def _json_bytes(value: Any) -> str:
@@ -132,11 +234,57 @@ def _arrow_rows(name: str, rows: list[dict]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema)
 
 
-def write_outputs(warehouse: Warehouse, outputs: list[Output], txn: tuple[str, int]) -> dict[str, int]:
-    """Commit one micro-batch's rows: MERGE for state tables (last op per key wins), append for logs."""
+@dataclass
+class BatchOutputs:
+    """A micro-batch's outputs as the sink gets them: the rows of ``TYPED_TABLES`` as Arrow tables
+    (``typed_table``'s layout, in no particular order), every other row as an ``Output``."""
+
+    typed: dict[str, pa.Table]
+    other: list[Output]
+
+
+def _outputs_of(batch: pa.Table) -> BatchOutputs:
+    is_arrow = pc.equal(batch.column("op"), ARROW_OP)
+    parts: dict[str, list[pa.Table]] = {}
+    for r in batch.filter(is_arrow).select(["table", "rows"]).to_pylist():
+        parts.setdefault(r["table"], []).append(pa.ipc.open_stream(r["rows"]).read_all())
+    rest = batch.filter(pc.invert(is_arrow)).select(["table", "op", "offset", "seq", "row"]).to_pylist()
+    return BatchOutputs({name: pa.concat_tables(tables) for name, tables in parts.items()},
+                        [Output(r["table"], r["op"], r["offset"], r["seq"], json.loads(r["row"])) for r in rest])
+
+
+def _typed_rows(typed: dict[str, pa.Table] | None, name: str) -> tuple[pa.Table, pa.Table] | None:
+    """The typed rows of table ``name`` in (offset, seq) order: their ``op``, ``offset`` and ``seq``,
+    and the rows in the table's schema."""
+    part = (typed or {}).get(name)
+    if part is None or part.num_rows == 0:
+        return None
+    part = part.sort_by([("offset", "ascending"), ("seq", "ascending")])
+    schema = table_arrow_schema(name)
+    rows = pa.Table.from_arrays([part.column(f"_{f.name}") for f in schema], schema=schema)
+    return part.select(["op", "offset", "seq"]), rows
+
+
+def _as_outputs(name: str, typed_rows: tuple[pa.Table, pa.Table]) -> list[Output]:
+    """Typed rows back into ``Output``s, rows as the shards made them (timestamps in ms)."""
+    meta, rows = typed_rows
+    for column in TIMESTAMP_COLUMNS & set(rows.column_names):
+        index = rows.schema.get_field_index(column)
+        rows = rows.set_column(index, column, pc.divide(rows.column(column).cast(pa.int64()), 1000))
+    return [Output(name, m["op"], m["offset"], m["seq"], r) for m, r in zip(meta.to_pylist(), rows.to_pylist())]
+
+
+def write_outputs(warehouse: Warehouse, outputs: list[Output] | BatchOutputs,
+                  txn: tuple[str, int]) -> dict[str, int]:
+    """Commit one micro-batch's rows: MERGE for state tables (last op per key wins), append for logs.
+
+    Typed rows go to Delta as the Arrow columns they arrived in; only when a table also has rows of
+    the other kind (deletes, or a key written twice) do they take the row-by-row path below."""
+    typed = outputs.typed if isinstance(outputs, BatchOutputs) else None
+    rest = outputs.other if isinstance(outputs, BatchOutputs) else outputs
     # keys never span shards (a topic lives on one shard, brokers and configs come from shard 0 only),
     # so (offset, seq) orders every key's rows
-    ordered = sorted(outputs, key=lambda o: (o.offset, o.seq))
+    ordered = sorted(rest, key=lambda o: (o.offset, o.seq))
     written = {}
     generated = [o.row for o in ordered if o.table == "controller_log"]
     if generated:
@@ -148,29 +296,41 @@ def write_outputs(warehouse: Warehouse, outputs: list[Output], txn: tuple[str, i
         warehouse.append("responses", _arrow_rows("responses", rows), table_arrow_schema("responses"), txn)
         written["responses"] = len(rows)
     for name in APPEND_TABLES:
-        rows = [o.row for o in ordered if o.table == name]
+        mine = [o for o in ordered if o.table == name]
+        fast = _typed_rows(typed, name)
+        if fast is not None and not mine:
+            warehouse.append(name, fast[1], table_arrow_schema(name), txn)
+            written[name] = fast[1].num_rows
+            continue
+        if fast is not None:
+            mine = sorted(mine + _as_outputs(name, fast), key=lambda o: (o.offset, o.seq))
+        rows = [o.row for o in mine]
         if rows:
             warehouse.append(name, _arrow_rows(name, rows), table_arrow_schema(name), txn)
             written[name] = len(rows)
     for name in STATE_TABLES:
+        keys = list(KEYS[name])
+        schema = table_arrow_schema(name)
+        mine = [o for o in ordered if o.table == name]
+        fast = _typed_rows(typed, name)
+        if fast is not None and not mine and fast[1].group_by(keys).aggregate([]).num_rows == fast[1].num_rows:
+            warehouse.upsert(name, fast[1], keys, schema, txn)  # upserts only, one per key
+            written[name] = fast[1].num_rows
+            continue
+        if fast is not None:
+            mine = sorted(mine + _as_outputs(name, fast), key=lambda o: (o.offset, o.seq))
         final: dict[tuple, Output] = {}
-        for o in ordered:
-            if o.table == name:
-                final[tuple(o.row[k] for k in KEYS[name])] = o
+        for o in mine:
+            final[tuple(o.row[k] for k in keys)] = o
         if not final:
             continue
         upserts = [o.row for o in final.values() if o.op == "upsert"]
         deletes = [o.row for o in final.values() if o.op == "delete"]
-        schema = table_arrow_schema(name)
-        delete_keys = pa.Table.from_pylist(deletes, schema=pa.schema([schema.field(k) for k in KEYS[name]])) \
+        delete_keys = pa.Table.from_pylist(deletes, schema=pa.schema([schema.field(k) for k in keys])) \
             if deletes else None
-        warehouse.upsert(name, _arrow_rows(name, upserts), list(KEYS[name]), schema, txn, delete_keys)
+        warehouse.upsert(name, _arrow_rows(name, upserts), keys, schema, txn, delete_keys)
         written[name] = len(final)
     return written
-
-
-def _outputs_of(batch: pa.Table) -> list[Output]:
-    return [Output(r["table"], r["op"], r["offset"], r["seq"], json.loads(r["row"])) for r in batch.to_pylist()]
 
 
 def query_id(checkpoint: str) -> str | None:
