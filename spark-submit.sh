@@ -6,7 +6,7 @@
 #   ./spark-submit.sh --master spark://host:7077 --conf spark.x=y jobs/sql.py --warehouse W "SELECT 1"
 #
 # Options before the job go to spark-submit unchanged. Added for you: --master local[*] (unless
-# you chose a master), --py-files build/kraftlake.zip (merged with yours), PYSPARK_PYTHON /
+# you chose a master), --py-files build/kraftlake-<content hash>.zip (merged with yours), PYSPARK_PYTHON /
 # PYSPARK_DRIVER_PYTHON = the venv's python (unless set), PYTHONPATH += lib, and a WARN-level
 # conf/log4j2.properties (unless you pass driver Java options yourself).
 set -euo pipefail
@@ -105,14 +105,14 @@ if [[ "$job" != *.py ]]; then
 fi
 [[ -f "$job" ]] || { echo "spark-submit.sh: job file not found: $job" >&2; exit 2; }
 
-# Ship the library to executors: a fresh zip every run (cheap), written aside then moved, so a
-# concurrent run never picks up a half-written archive.
-zip_path="$KL_ROOT/build/kraftlake.zip"
+# Ship the library to executors: a zip built every run (cheap) and named by its content. A running
+# job keeps reading its zip (Python's zipimport reads it again for every module it imports), so a run
+# of changed code must not replace it: a new content gets a new name (old ones stay; build/ is scratch).
 mkdir -p "$KL_ROOT/build"
-"$KL_PY" - "$KL_ROOT/lib" "$zip_path" "$KL_ROOT/schemas" <<'PY'
-import os, sys, tempfile, zipfile
-lib, out, schemas = sys.argv[1], sys.argv[2], sys.argv[3]
-fd, tmp = tempfile.mkstemp(dir=os.path.dirname(out), suffix=".zip.tmp")
+zip_path="$("$KL_PY" - "$KL_ROOT/lib" "$KL_ROOT/build" "$KL_ROOT/schemas" <<'PY'
+import hashlib, os, sys, tempfile, zipfile
+lib, build, schemas = sys.argv[1], sys.argv[2], sys.argv[3]
+fd, tmp = tempfile.mkstemp(dir=build, suffix=".zip.tmp")
 os.close(fd)
 with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
     for dirpath, dirnames, filenames in os.walk(os.path.join(lib, "kraftlake")):
@@ -128,8 +128,12 @@ with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
         for name in sorted(f for f in filenames if f.endswith((".avsc", ".json"))):
             path = os.path.join(dirpath, name)
             zf.write(path, os.path.join("kraftlake", "_schemas", os.path.relpath(path, schemas)))
-os.replace(tmp, out)
+with open(tmp, "rb") as handle:
+    out = os.path.join(build, f"kraftlake-{hashlib.sha256(handle.read()).hexdigest()[:16]}.zip")
+os.replace(tmp, out)  # same content, same bytes: replacing a zip in use with itself is harmless
+print(out)
 PY
+)"
 
 py_files="$zip_path"
 for f in "${user_py_files[@]+"${user_py_files[@]}"}"; do
