@@ -202,7 +202,9 @@ class _Step:
             # held records were routed like any other: the topic's shard reports its own, shard 0 the rest
             if type_ in TOPIC_SCOPED or self.shard == 0:
                 out.add("rejected", "append", offset, rejected_row(event, reason, offset, type_))
-        if event["type"] == "TopicRecord" or event["type"] in MARKERS:  # topics may have appeared
+        if event["type"] == "TopicRecord" and result.rejected is None:
+            self.names[event["data"]["TopicId"]] = event["data"]["Name"]  # one name, not all (O(topics²))
+        elif event["type"] in MARKERS:  # a transaction's held records, topics among them, applied at once
             self.names.update((tid, t.name) for tid, t in self.image.topics.items())
         if event["type"] in ("TopicRecord", "PartitionRecord") or event["type"] in MARKERS:
             self.unordered = True
