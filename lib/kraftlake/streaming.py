@@ -139,9 +139,7 @@ def shard_function(shards: int, kafka_config: Mapping[str, str]):
         with gc_paused():
             current = _load_state(shard, state.get[0] if state.exists else None)
             outputs = step(shard, shards, current, events_of_frames(frames), config)
-            token = os.urandom(16)
-            state.update((_STATE_MAGIC + token + current.to_bytes(),))
-            _STATE_CACHE[shard] = (token, current)
+            _save_state(shard, current, state)
             frame = outputs_frame(outputs)
         yield frame
 
@@ -155,7 +153,14 @@ def shard_function(shards: int, kafka_config: Mapping[str, str]):
 # re-run from an older version, a shard last run by another worker) miss and are parsed. An entry is
 # taken out while its step runs, so a step that fails half-way leaves nothing behind.
 _STATE_MAGIC = b"KLS1"  # not a valid start of the older layout (a last offset of 5.4e18)
-_STATE_CACHE: dict[int, tuple[bytes, ShardState]] = {}
+_STATE_CACHE: dict[int, tuple[bytes, ShardState]] = {}  # only module-level functions may touch it:
+# ``run`` is pickled by value, with a copy of the globals it names
+
+
+def _save_state(shard: int, current: ShardState, state: Any) -> None:
+    token = os.urandom(16)
+    state.update((_STATE_MAGIC + token + current.to_bytes(),))
+    _STATE_CACHE[shard] = (token, current)
 
 
 def _load_state(shard: int, raw: bytes | None) -> ShardState:
