@@ -26,7 +26,6 @@ depends on ``PYTHONHASHSEED``). Memory is the image plus small indexes; the log 
 
 from __future__ import annotations
 
-import functools
 import heapq
 import random
 from collections import Counter
@@ -46,7 +45,7 @@ from kraftlake.decisions import Context
 from kraftlake.image import NO_LEADER, BrokerRegistration, ClusterImage, PartitionRegistration
 from kraftlake.replay import replay
 from kraftlake.replication import balance_partition_leaders
-from kraftlake.schemas import error_codes
+from kraftlake.schemas import error_name
 
 START_MS = 1_763_550_000_000
 HEARTBEAT_INTERVAL = "broker.heartbeat.interval.ms"
@@ -117,20 +116,14 @@ def parse_mix(text: str) -> dict[str, float]:
     return mix
 
 
-@functools.lru_cache(maxsize=1)
-def _error_names() -> dict[int, str]:
-    return {code: name for name, code in error_codes().items()}
-
-
 def error_names(data: dict) -> list[str]:
     """Every error a response carries, at the top and in its per-topic / per-partition results."""
-    names = _error_names()
     found: list[str] = []
 
     def walk(value: dict) -> None:
         for key, item in value.items():
             if key == "ErrorCode":
-                found.append(names.get(item, str(item)))
+                found.append(error_name(item) or str(item))
             elif type(item) is list:
                 for element in item:
                     if type(element) is dict:

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping
 from kraftlake.codec.logdir import decode_buffer
 from kraftlake.codec.writer import encode_events
 from kraftlake.raft import LEADER, NO_LEADER, RaftConfig, RaftLog, RaftNode, record
-from kraftlake.schemas import QUORUM_TRAFFIC, error_code, error_codes, registry
+from kraftlake.schemas import QUORUM_TRAFFIC, error_code, error_name, registry
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"  # Kafka's Uuid.METADATA_TOPIC_ID (0, 1)
@@ -313,7 +313,7 @@ class Replica:
         err = answer["data"].get("ErrorCode")
         return {"offset": event["offset"], "timestamp": now, "request_type": event["type"],
                 "request_version": event.get("version", 0), "type": t, "version": version, "error_code": err,
-                "error_name": _error_names().get(err) if err is not None else None, "error_message": None,
+                "error_name": error_name(err), "error_message": None,
                 "data": json.dumps(data, default=_base64)}
 
     def state_rows(self) -> list[tuple[str, dict]]:
@@ -363,10 +363,6 @@ def _base64(value: Any) -> str:
     if isinstance(value, (bytes, bytearray)):  # FetchResponse's Records, as Spark's JSON carries bytes
         return base64.b64encode(value).decode("ascii")
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
-def _error_names() -> dict[int, str]:
-    return {code: name for name, code in error_codes().items()}
 
 
 def is_quorum_event(event: Mapping) -> bool:

@@ -311,6 +311,16 @@ def error_code(name: str) -> int:
     return error_codes()[name]
 
 
+def error_name(code: int | None) -> str | None:
+    """Kafka's name of an error code (``NONE`` for 0); None for None or a code Kafka does not define."""
+    return None if code is None else _error_names().get(code)
+
+
+@lru_cache(maxsize=1)
+def _error_names() -> dict[int, str]:
+    return {code: name for name, code in error_codes().items()}
+
+
 def table_avro(name: str) -> dict:
     """The Avro schema of a warehouse table (``schemas/tables/<name>.avsc``)."""
     return json.loads((schema_dir() / "tables" / f"{name}.avsc").read_text())

@@ -24,7 +24,7 @@ from kraftlake.decisions import Context
 from kraftlake.image import BrokerRegistration, ClusterImage, PartitionRegistration
 from kraftlake.replay import replay
 from kraftlake.replication import balance_partition_leaders
-from kraftlake.schemas import QUORUM_TRAFFIC, error_codes, registry
+from kraftlake.schemas import QUORUM_TRAFFIC, error_name, registry
 
 # Records that concern one topic's partitions, by the topic's id; every other event is broadcast,
 # TopicRecord and RemoveTopicRecord included: every shard knows every topic's name (topic configs are
@@ -336,10 +336,9 @@ def gc_paused() -> Iterator[None]:
 def response_row(request: dict, response: dict) -> dict:
     data = response["data"]
     error_code = data.get("ErrorCode")
-    names = {code: name for name, code in error_codes().items()}
     return {"offset": request["offset"], "timestamp": request["timestamp"], "request_type": request["type"],
             "request_version": request["version"], "type": response["type"], "version": response["version"],
-            "error_code": error_code, "error_name": names.get(error_code) if error_code is not None else None,
+            "error_code": error_code, "error_name": error_name(error_code),
             "error_message": data.get("ErrorMessage"), "data": data}
 
 
