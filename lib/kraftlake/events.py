@@ -38,6 +38,14 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def json_bytes(value: Any) -> str:
+    """``json.dumps``'s ``default`` for events and rows: bytes as base64 text, the form JSON lines take
+    them in (and Spark's ``to_json`` gives them)."""
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode("ascii")
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
 def parse_timestamp(value: Any) -> int:
     """Milliseconds since the epoch, from a number of ms or an ISO-8601 text with a zone."""
     if _is_int(value):

@@ -27,6 +27,7 @@ from typing import Any, Iterable, Mapping
 
 from kraftlake.codec.logdir import decode_buffer
 from kraftlake.codec.writer import encode_events
+from kraftlake.events import json_bytes
 from kraftlake.raft import LEADER, NO_LEADER, RaftConfig, RaftLog, RaftNode, record
 from kraftlake.schemas import QUORUM_TRAFFIC, error_code, error_name, registry
 
@@ -314,7 +315,7 @@ class Replica:
         return {"offset": event["offset"], "timestamp": now, "request_type": event["type"],
                 "request_version": event.get("version", 0), "type": t, "version": version, "error_code": err,
                 "error_name": error_name(err), "error_message": None,
-                "data": json.dumps(data, default=_base64)}
+                "data": json.dumps(data, default=json_bytes)}  # bytes: FetchResponse's Records
 
     def state_rows(self) -> list[tuple[str, dict]]:
         """This replica's ``quorum_state`` row and, while it leads (or led), its view of every replica."""
@@ -357,12 +358,6 @@ class Replica:
                 "Removing" if r not in target and r in node.voters else None,
                 "offset": self.last_offset, "timestamp": now})
         return rows
-
-
-def _base64(value: Any) -> str:
-    if isinstance(value, (bytes, bytearray)):  # FetchResponse's Records, as Spark's JSON carries bytes
-        return base64.b64encode(value).decode("ascii")
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
 def is_quorum_event(event: Mapping) -> bool:

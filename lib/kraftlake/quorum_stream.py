@@ -19,11 +19,10 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator, Mapping
 
-import pyarrow as pa
-
 from kraftlake.quorum import QUORUM_KEYS, Replica
 from kraftlake.schemas import QUORUM_TRAFFIC, metadata_log_schema, table_arrow_schema
 from kraftlake.storage import Warehouse
+from kraftlake.tables import rows_to_arrow
 
 QUORUM_STATE_TABLES = ("quorum_state", "quorum_replicas")
 QUORUM_TABLES = QUORUM_STATE_TABLES + ("quorum_events",)
@@ -84,14 +83,6 @@ def replica_function(properties: Mapping[str, str]):
     return run
 
 
-def arrow_rows(name: str, rows: list[dict]) -> pa.Table:
-    """Rows of a table as Arrow, its schema from ``schemas/tables``: event times in ms become Delta's µs."""
-    schema = table_arrow_schema(name)
-    times = [f.name for f in schema if pa.types.is_timestamp(f.type)]
-    fixed = [{**r, **{c: None if r.get(c) is None else r[c] * 1000 for c in times}} for r in rows]
-    return pa.Table.from_pylist(fixed, schema=schema)
-
-
 def write_quorum_outputs(warehouse: Warehouse, rows: list[tuple[str, int, int, dict]], txn: tuple[str, int]
                          ) -> dict[str, int]:
     """Commit one micro-batch: MERGE the state tables (one row per key and batch: a replica's last),
@@ -101,12 +92,12 @@ def write_quorum_outputs(warehouse: Warehouse, rows: list[tuple[str, int, int, d
     for name in ("quorum_events", "responses", "rejected"):
         found = [r[3] for r in ordered if r[0] == name]
         if found:
-            warehouse.append(name, arrow_rows(name, found), table_arrow_schema(name), txn)
+            warehouse.append(name, rows_to_arrow(name, found), table_arrow_schema(name), txn)
             written[name] = len(found)
     for name in QUORUM_STATE_TABLES:
         final = {tuple(r[3][k] for k in QUORUM_KEYS[name]): r[3] for r in ordered if r[0] == name}
         if final:
-            warehouse.upsert(name, arrow_rows(name, list(final.values())), list(QUORUM_KEYS[name]),
+            warehouse.upsert(name, rows_to_arrow(name, list(final.values())), list(QUORUM_KEYS[name]),
                              table_arrow_schema(name), txn)
             written[name] = len(final)
     return written

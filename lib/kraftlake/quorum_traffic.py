@@ -14,22 +14,16 @@ Ingest is idempotent per source content, so writing the same seed twice adds not
 
 from __future__ import annotations
 
-import base64
 import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from kraftlake.codec.writer import write_partition_dir
+from kraftlake.events import json_bytes
 from kraftlake.ingest import ingest_source
 from kraftlake.quorum_sim import SimConfig, SimResult, Simulation
 from kraftlake.raft import LEADER
-
-
-def _json_default(value: Any) -> str:
-    if isinstance(value, (bytes, bytearray)):
-        return base64.b64encode(value).decode("ascii")
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
 def committed_events(result: SimResult) -> list[dict]:
@@ -59,7 +53,7 @@ def write_files(result: SimResult, folder: Path) -> tuple[Path, Path]:
     with open(traffic, "w") as handle:
         for event in result.traffic:
             line = {k: v for k, v in event.items() if k not in ("offset", "leader_epoch") and v is not None}
-            handle.write(json.dumps(line, default=_json_default, separators=(",", ":")) + "\n")
+            handle.write(json.dumps(line, default=json_bytes, separators=(",", ":")) + "\n")
     return log_dir, traffic
 
 

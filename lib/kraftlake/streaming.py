@@ -27,10 +27,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
+from kraftlake.events import json_bytes
 from kraftlake.quorum_stream import QUORUM_TABLES, start_quorum
 from kraftlake.schemas import StructSpec, metadata_log_schema, registry, table_arrow_schema
 from kraftlake.shards import KEYS, SKIPPED, TOPIC_SCOPED, Output, ShardState, gc_paused, merged_responses, step
-from kraftlake.tables import FIXED_COLUMNS, controller_log_schema, controller_log_to_arrow
+from kraftlake.tables import FIXED_COLUMNS, controller_log_schema, controller_log_to_arrow, rows_to_arrow
 from kraftlake.storage import Warehouse
 
 STATE_TABLES = ("brokers", "topics", "configs", "partitions")
@@ -187,7 +188,7 @@ def outputs_frame(outputs: list[Output]) -> Any:
     frame: dict[str, list] = {"table": [], "op": [], "offset": [], "seq": [], "row": [], "rows": []}
     for o in other:
         for column, value in zip(frame.values(), (o.table, o.op, o.offset, o.seq,
-                                                   json.dumps(o.row, default=_json_bytes), None)):
+                                                   json.dumps(o.row, default=json_bytes), None)):
             column.append(value)
     for name, group in groups.items():
         if group:
@@ -222,21 +223,10 @@ def _ipc(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def _json_bytes(value: Any) -> str:
-    if isinstance(value, (bytes, bytearray)):
-        return base64.b64encode(value).decode("ascii")
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
 def _arrow_rows(name: str, rows: list[dict]) -> pa.Table:
-    schema = table_arrow_schema(name)
-    for row in rows:
-        for column in TIMESTAMP_COLUMNS & row.keys():
-            if row[column] is not None:
-                row[column] = row[column] * 1000  # ms → µs, Delta's timestamp unit
-        if name == "rejected" and row.get("raw") is not None:
-            row["raw"] = base64.b64decode(row["raw"])
-    return pa.Table.from_pylist(rows, schema=schema)
+    if name == "rejected":  # raw bytes crossed the JSON hop as base64
+        rows = [{**r, "raw": base64.b64decode(r["raw"])} if r.get("raw") is not None else r for r in rows]
+    return rows_to_arrow(name, rows)
 
 
 @dataclass
@@ -297,7 +287,7 @@ def write_outputs(warehouse: Warehouse, outputs: list[Output] | BatchOutputs,
         written["controller_log"] = len(generated)
     responses = merged_responses(ordered)
     if responses:
-        rows = [{**r, "data": json.dumps(r["data"], default=_json_bytes)} for r in responses]
+        rows = [{**r, "data": json.dumps(r["data"], default=json_bytes)} for r in responses]
         warehouse.append("responses", _arrow_rows("responses", rows), table_arrow_schema("responses"), txn)
         written["responses"] = len(rows)
     for name in APPEND_TABLES:

@@ -85,6 +85,15 @@ def rows_to_events(table: pa.Table) -> list[dict]:
     return out
 
 
+def rows_to_arrow(name: str, rows: list[dict]) -> pa.Table:
+    """Rows of a warehouse table as the core makes them (event times in ms) as Arrow in the table's
+    schema: its timestamp columns, found in the schema, become Delta's µs."""
+    schema = table_arrow_schema(name)
+    times = [f.name for f in schema if pa.types.is_timestamp(f.type)]
+    return pa.Table.from_pylist([{**r, **{c: r[c] * 1000 for c in times if r.get(c) is not None}} for r in rows],
+                                schema=schema)
+
+
 def rejections_to_arrow(rejections: Sequence[Rejection], stage: str = "ingest") -> pa.Table:
     schema = table_arrow_schema("rejected")
     rows = [{"stage": stage, "source": r.source, "position": r.position, "offset": r.offset, "type": r.type,
