@@ -185,16 +185,12 @@ def advance(node: RaftNode, now: int) -> list[dict]:
 def raft_config(properties: Mapping[str, str], startup: Mapping | None) -> RaftConfig:
     """The node's config: the job's ``controller.quorum.*`` properties, overridden by the ones its
     ReplicaStartup names (the configuration it really ran with)."""
-    props = dict(properties)
-    if startup:
-        props.update({c["Name"]: c["Value"] for c in startup.get("Configs") or ()})
-    overrides: dict[str, Any] = {}
-    if startup:
-        overrides["seed"] = startup.get("JitterSeed", 0)
-        if startup.get("ClusterId") is not None:
-            overrides["cluster_id"] = startup["ClusterId"]
-    elif props.get("kraftlake.quorum.cluster.id"):
-        overrides["cluster_id"] = props["kraftlake.quorum.cluster.id"]
+    if not startup:
+        return RaftConfig.from_properties(properties)
+    props = {**properties, **{c["Name"]: c["Value"] for c in startup.get("Configs") or ()}}
+    overrides: dict[str, Any] = {"seed": startup.get("JitterSeed", 0)}
+    if startup.get("ClusterId") is not None:
+        overrides["cluster_id"] = startup["ClusterId"]
     return RaftConfig.from_properties(props, **overrides)
 
 

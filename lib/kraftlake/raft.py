@@ -510,14 +510,19 @@ class RaftNode:
         self._preferred_successors = ()
         self._next_append_ms = None
 
-    def _become_unattached(self, epoch: int, now: int) -> None:
+    def _enter(self, state: str, leader: int, epoch: int, now: int) -> None:
+        """Unattached or following in ``epoch``: a leader that learns of a later epoch steps down, and a
+        later epoch forgets the vote of the old one."""
         if self.state == LEADER and epoch > self.epoch:
             self.note(now, "leader_step_down", new_epoch=epoch)
         self._reset()
         if epoch > self.epoch:
             self.voted_for = None
-        self.epoch, self.state, self.leader_id = epoch, UNATTACHED, NO_LEADER
+        self.epoch, self.state, self.leader_id = epoch, state, leader
         self._retries = 0
+
+    def _become_unattached(self, epoch: int, now: int) -> None:
+        self._enter(UNATTACHED, NO_LEADER, epoch, now)
         self._deadline = now + self._election_timeout()
         if not self.is_voter:
             self._next_fetch_ms = now
@@ -528,13 +533,7 @@ class RaftNode:
         self._deadline = now + self._election_timeout()
 
     def _become_follower(self, leader: int, epoch: int, now: int) -> None:
-        if self.state == LEADER and epoch > self.epoch:
-            self.note(now, "leader_step_down", new_epoch=epoch)
-        self._reset()
-        if epoch > self.epoch:
-            self.voted_for = None
-        self.epoch, self.state, self.leader_id = epoch, FOLLOWER, leader
-        self._retries = 0
+        self._enter(FOLLOWER, leader, epoch, now)
         self._deadline = now + self.config.fetch_timeout_ms
         self._next_fetch_ms = now
 
