@@ -31,7 +31,7 @@ def runtime_requirements() -> list[str]:
 
 class BuildWithSchemas(build_py):
     """Ship schemas/ inside the package as kraftlake/_schemas: an installed kraftlake has no repo
-    around it, and ``kraftlake.schemas.schema_dir`` falls back to that copy."""
+    around it, and ``kraftlake.metadata.schemas.schema_dir`` falls back to that copy."""
 
     def run(self) -> None:
         super().run()

@@ -122,7 +122,7 @@ with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
                 continue
             path = os.path.join(dirpath, name)
             zf.write(path, os.path.relpath(path, lib))
-    # the message and table schemas travel inside the package (kraftlake.schemas.schema_dir)
+    # the message and table schemas travel inside the package (kraftlake.metadata.schemas.schema_dir)
     for dirpath, dirnames, filenames in os.walk(schemas):
         dirnames.sort()
         for name in sorted(f for f in filenames if f.endswith((".avsc", ".json"))):

@@ -45,20 +45,20 @@ from typing import Callable, Iterable, Iterator
 import pyarrow as pa
 
 from kraftlake import codec
-from kraftlake.cluster_control import ControllerState, expire_sessions, take_over
+from kraftlake.controller.cluster_control import ControllerState, expire_sessions, take_over
 from kraftlake.codec.writer import write_partition_dir
-from kraftlake.config import add_common_arguments, config_from_args
-from kraftlake.controller import decide
-from kraftlake.decisions import Context
-from kraftlake.image import ClusterImage
-from kraftlake.ingest import ingest_source
-from kraftlake.replay import replay
-from kraftlake.runtime import open_warehouse
-from kraftlake.schemas import metadata_log_schema
-from kraftlake.shards import ShardState, replay_log, routes, step
-from kraftlake.streaming import ControllerSettings, run, start
-from kraftlake.tables import events_to_arrow
-from kraftlake.workload import failover_cluster, generate
+from kraftlake.cli.config import add_common_arguments, config_from_args
+from kraftlake.controller.dispatch import decide
+from kraftlake.controller.decisions import Context
+from kraftlake.image.cluster_image import ClusterImage
+from kraftlake.storage.ingest import ingest_source
+from kraftlake.image.replay import replay
+from kraftlake.cli.runtime import open_warehouse
+from kraftlake.metadata.schemas import metadata_log_schema
+from kraftlake.controller.shards import ShardState, replay_log, routes, step
+from kraftlake.spark.controller_query import ControllerSettings, run, start
+from kraftlake.storage.tables import events_to_arrow
+from kraftlake.sim.workload import failover_cluster, generate
 
 # Sizes of a full run and of --quick (which must stay a few seconds of core time: a test runs it).
 FULL = {"events": 1_000_000, "topics": 100, "partitions_per_topic": 100, "failover_partitions": 100_000,

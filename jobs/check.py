@@ -16,9 +16,9 @@ import argparse
 import sys
 from datetime import datetime, timezone
 
-from kraftlake.config import add_common_arguments, config_from_args
-from kraftlake.invariants import InvariantChecker, Violation, warehouse_events
-from kraftlake.output import json_line, print_table
+from kraftlake.cli.config import add_common_arguments, config_from_args
+from kraftlake.controller.invariants import InvariantChecker, Violation, warehouse_events
+from kraftlake.cli.output import json_line, print_table
 
 COLUMNS = ("offset", "timestamp", "topic", "partition", "kind", "broker", "broker_state", "event_type",
            "leader", "isr", "cause")

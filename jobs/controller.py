@@ -8,7 +8,7 @@ as Kafka's controller would. Writes brokers, topics, configs, partitions (curren
 partition_history (every change), controller_log (the records the controller generated),
 responses (its answer to each request) and rejected (what does not apply). A second query replays the
 metadata quorum's traffic (VoteRequest, FetchRequest, ... addressed to replicas) into quorum_state,
-quorum_replicas and quorum_events (``kraftlake.quorum_stream``). The checkpoints live in
+quorum_replicas and quorum_events (``kraftlake.spark.quorum_query``). The checkpoints live in
 W/_checkpoints/controller (the quorum query's in its quorum/ folder); kill the job at any point and
 start it again: the tables end as if it had never stopped.
 """
@@ -18,9 +18,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kraftlake.config import add_common_arguments, config_from_args
-from kraftlake.runtime import kafka_configs, open_warehouse
-from kraftlake.streaming import ControllerSettings, reset, run
+from kraftlake.cli.config import add_common_arguments, config_from_args
+from kraftlake.cli.runtime import kafka_configs, open_warehouse
+from kraftlake.spark.controller_query import ControllerSettings, reset, run
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from kraftlake.codec.logdir import Rejection
-from kraftlake.ingest import detect_kind, read_source
-from kraftlake.output import json_line
+from kraftlake.storage.ingest import detect_kind, read_source
+from kraftlake.cli.output import json_line
 
 FIELDS = ("offset", "leader_epoch", "timestamp", "type", "version", "data")
 

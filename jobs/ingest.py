@@ -17,9 +17,9 @@ import argparse
 import json
 import sys
 
-from kraftlake.config import add_common_arguments, config_from_args
-from kraftlake.ingest import SourceSummary, StrictModeError, ingest
-from kraftlake.runtime import open_warehouse
+from kraftlake.cli.config import add_common_arguments, config_from_args
+from kraftlake.storage.ingest import SourceSummary, StrictModeError, ingest
+from kraftlake.cli.runtime import open_warehouse
 
 
 def print_summary(summary: SourceSummary) -> None:

@@ -13,12 +13,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from kraftlake.config import add_common_arguments, config_from_args
-from kraftlake.ingest import ingest
-from kraftlake.output import print_table
-from kraftlake.runtime import kafka_configs, open_warehouse, register_views
-from kraftlake.sample import write_sample
-from kraftlake.streaming import ControllerSettings, run
+from kraftlake.cli.config import add_common_arguments, config_from_args
+from kraftlake.storage.ingest import ingest
+from kraftlake.cli.output import print_table
+from kraftlake.cli.runtime import kafka_configs, open_warehouse, register_views
+from kraftlake.sim.sample import write_sample
+from kraftlake.spark.controller_query import ControllerSettings, run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ingest import print_summary  # noqa: E402  (the ingest job's summary, printed the same way)

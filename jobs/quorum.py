@@ -19,8 +19,8 @@ import sys
 
 import pyarrow.compute as pc
 
-from kraftlake.config import add_common_arguments, config_from_args
-from kraftlake.quorum_describe import LogView, format_replication, format_status, replication, status
+from kraftlake.cli.config import add_common_arguments, config_from_args
+from kraftlake.raft.describe import LogView, format_replication, format_status, replication, status
 from kraftlake.storage import Warehouse
 
 

@@ -21,9 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kraftlake.config import add_common_arguments, config_from_args
-from kraftlake.ingest import ingest_source
-from kraftlake.runtime import open_warehouse, register_views
+from kraftlake.cli.config import add_common_arguments, config_from_args
+from kraftlake.storage.ingest import ingest_source
+from kraftlake.cli.runtime import open_warehouse, register_views
 from kraftlake.storage import Warehouse
 
 

@@ -6,13 +6,13 @@
 Brokers register and heartbeat (every broker.heartbeat.interval.ms of event time), topics are created,
 followers fall behind and catch up (AlterPartition from the leaders), brokers crash (session expiry),
 rolling restarts go through controlled shutdown, preferred elections, reassignments started, completed
-and cancelled, topics deleted (``kraftlake.cluster_sim``). The requests are written as JSON lines files
+and cancelled, topics deleted (``kraftlake.sim.cluster``). The requests are written as JSON lines files
 of --chunk-lines lines under W/_simulate and each is ingested as it is complete, exactly as
 ``jobs/ingest.py`` would (the log is never held in memory); run ``jobs/controller.py`` to decide them.
 The same seed and options always give the same log. The warehouse's metadata_log must be empty: the
 simulated brokers' epochs are the offsets of their registrations.
 
---quorum simulates the metadata quorum's Raft traffic instead (``kraftlake.quorum_traffic``) with
+--quorum simulates the metadata quorum's Raft traffic instead (``kraftlake.sim.quorum_traffic``) with
 --voters, --observers and --duration-ms; it exits 1 if a Raft safety rule was broken.
 """
 
@@ -25,10 +25,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from kraftlake.cluster_sim import DEFAULT_MIX, START_MS, ClusterSimulator, SimulationOptions, parse_mix
-from kraftlake.config import add_common_arguments, config_from_args
-from kraftlake.ingest import ingest_source
-from kraftlake.runtime import kafka_configs, open_warehouse
+from kraftlake.sim.cluster import DEFAULT_MIX, START_MS, ClusterSimulator, SimulationOptions, parse_mix
+from kraftlake.cli.config import add_common_arguments, config_from_args
+from kraftlake.storage.ingest import ingest_source
+from kraftlake.cli.runtime import kafka_configs, open_warehouse
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -77,8 +77,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run_quorum(warehouse, args: argparse.Namespace) -> int:
-    from kraftlake.quorum_sim import SimConfig
-    from kraftlake.quorum_traffic import write_simulation
+    from kraftlake.sim.quorum import SimConfig
+    from kraftlake.sim.quorum_traffic import write_simulation
 
     result = write_simulation(warehouse, seed=args.seed, voters=args.voters, observers=args.observers,
                               duration_ms=args.duration_ms, config=SimConfig(alter_every_ms=args.alter_every_ms))

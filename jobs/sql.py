@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kraftlake.config import add_common_arguments, config_from_args
-from kraftlake.output import json_line, print_table
-from kraftlake.runtime import open_warehouse, register_views
+from kraftlake.cli.config import add_common_arguments, config_from_args
+from kraftlake.cli.output import json_line, print_table
+from kraftlake.cli.runtime import open_warehouse, register_views
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,13 +12,13 @@ import json
 from pathlib import Path
 from typing import Mapping
 
-from kraftlake import uuids
-from kraftlake.schemas import table_arrow_schema
-from kraftlake.image import ClusterImage
-from kraftlake.shards import ShardState, apply_outputs, iter_rows, replay_log, routes, step
-from kraftlake.ingest import ingest_source
+from kraftlake.metadata import uuids
+from kraftlake.metadata.schemas import table_arrow_schema
+from kraftlake.image.cluster_image import ClusterImage
+from kraftlake.controller.shards import ShardState, apply_outputs, iter_rows, replay_log, routes, step
+from kraftlake.storage.ingest import ingest_source
 from kraftlake.storage import Warehouse
-from kraftlake.tables import rows_to_events
+from kraftlake.storage.tables import rows_to_events
 from streaming_helpers import plain, sorted_rows
 
 STATE_TABLES = ("brokers", "topics", "configs", "partitions")

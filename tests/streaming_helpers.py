@@ -20,12 +20,13 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable, Mapping
 
-from kraftlake import streaming, uuids
-from kraftlake.ingest import ingest_source
-from kraftlake.schemas import table_arrow_schema
-from kraftlake.shards import iter_rows, replay_log
+from kraftlake.spark import controller_query as streaming
+from kraftlake.metadata import uuids
+from kraftlake.storage.ingest import ingest_source
+from kraftlake.metadata.schemas import table_arrow_schema
+from kraftlake.controller.shards import iter_rows, replay_log
 from kraftlake.storage import Warehouse
-from kraftlake.tables import rows_to_events
+from kraftlake.storage.tables import rows_to_events
 
 START_MS = 1_763_580_000_000
 BROKER_IDS = (1, 2, 3, 4)

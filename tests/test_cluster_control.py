@@ -1,4 +1,4 @@
-"""``kraftlake.cluster_control``: the broker lifecycle decided request by request, the records replayed
+"""``kraftlake.controller.dispatch.cluster_control``: the broker lifecycle decided request by request, the records replayed
 into the image exactly like a log's, both KIP-841 invariants checked after every step, and a controlled
 shutdown compared with what a real Kafka controller wrote."""
 
@@ -9,21 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from kraftlake import uuids
-from kraftlake.cluster_control import (
-    ControllerState,
-    decide_broker_heartbeat,
-    decide_broker_registration,
-    decide_unregister_broker,
-    expire_sessions,
-    take_over,
-)
+from kraftlake.metadata import uuids
+from kraftlake.controller.cluster_control import (ControllerState, decide_broker_heartbeat, decide_broker_registration,
+    decide_unregister_broker, expire_sessions, take_over)
 from kraftlake.codec import read_partition_dir
-from kraftlake.decisions import Context, error_code
-from kraftlake.events import check_struct
-from kraftlake.image import ClusterImage
-from kraftlake.replay import replay
-from kraftlake.schemas import registry
+from kraftlake.controller.decisions import Context, error_code
+from kraftlake.codec.events import check_struct
+from kraftlake.image.cluster_image import ClusterImage
+from kraftlake.image.replay import replay
+from kraftlake.metadata.schemas import registry
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kafka-logs"
 TS = 1_763_580_879_457

@@ -1,4 +1,4 @@
-"""The cluster simulator (``kraftlake.cluster_sim``, ``jobs/simulate.py``).
+"""The cluster simulator (``kraftlake.sim.cluster``, ``jobs/simulate.py``).
 
 The simulated log is checked against the reference controller (``shards.replay_log``, the streaming
 job's in-process twin) and against Kafka's rules as written in the tests (heartbeat interval, session
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from kraftlake.cluster_sim import DEFAULT_MIX, ClusterSimulator, SimulationOptions, simulate
-from kraftlake.events import validate_event
-from kraftlake.invariants import check_events, merge_logs
-from kraftlake.shards import replay_log
+from kraftlake.sim.cluster import DEFAULT_MIX, ClusterSimulator, SimulationOptions, simulate
+from kraftlake.codec.events import validate_event
+from kraftlake.controller.invariants import check_events, merge_logs
+from kraftlake.controller.shards import replay_log
 from kraftlake.storage import Warehouse
-from kraftlake.tables import rows_to_events
+from kraftlake.storage.tables import rows_to_events
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "jobs"))
 import simulate as simulate_job  # noqa: E402  (jobs/simulate.py)

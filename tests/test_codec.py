@@ -13,11 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kraftlake import codec, uuids
+from kraftlake import codec
+from kraftlake.metadata import uuids
 from kraftlake.codec import batches
 from kraftlake.codec.logdir import Rejection, decode_buffer
 from kraftlake.codec.writer import encode_events, record_key_value
-from kraftlake.schemas import registry
+from kraftlake.metadata.schemas import registry
 
 FIXTURES = ("single-broker-shutdown", "single-broker-snapshot", "single-broker-restarts")
 SEGMENT = "__cluster_metadata-0/00000000000000000000.log"

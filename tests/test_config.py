@@ -12,16 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from kraftlake import config as cfg
-from kraftlake.config import (
-    Config,
-    ConfigError,
-    ConfigWarning,
-    add_common_arguments,
-    config_from_args,
-    load_config,
-    parse_properties,
-)
+from kraftlake.metadata import config as cfg
+from kraftlake.metadata.config import Config, ConfigError, ConfigWarning, load_config, parse_properties
+from kraftlake.cli.config import add_common_arguments, config_from_args
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONF = REPO_ROOT / "conf" / "kraftlake.properties"
@@ -153,7 +146,7 @@ def test_packaged_defaults_readable_from_a_zip(tmp_path: Path) -> None:
                 zf.write(f, f.relative_to(lib).as_posix())
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
-        "import kraftlake.config as c; c.default_properties_path = lambda: None;"
+        "import kraftlake.metadata.config as c; c.default_properties_path = lambda: None;"
         "cf = c.load_config(); assert '.zip' in c.__file__, c.__file__;"
         "print(cf.get_int('kraftlake.shards'), cf.source('kraftlake.shards'))"
     )
@@ -343,7 +336,7 @@ def test_config_from_args_accepts_namespace_without_common_args() -> None:
 
 def test_config_and_sparkutil_import_without_pyspark() -> None:
     code = (
-        "import sys, kraftlake.config, kraftlake.sparkutil;"
+        "import sys, kraftlake.metadata.config, kraftlake.spark.session;"
         "bad = [m for m in sys.modules if m == 'pyspark' or m.startswith('pyspark.')];"
         "assert not bad, bad"
     )
@@ -353,7 +346,7 @@ def test_config_and_sparkutil_import_without_pyspark() -> None:
 
 
 def test_get_spark_leaves_an_active_session_alone(spark) -> None:  # noqa: ANN001
-    from kraftlake.sparkutil import get_spark
+    from kraftlake.spark.session import get_spark
 
     c = load_config(None, ["spark.sql.shuffle.partitions=99"])
     assert get_spark(c, "ignored") is spark

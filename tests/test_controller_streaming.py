@@ -35,9 +35,9 @@ from controller_scenarios import (
     new_topic,
     spark_tables,
 )
-from kraftlake.ingest import ingest_source
-from kraftlake import uuids
-from kraftlake.shards import shard_of_topic
+from kraftlake.storage.ingest import ingest_source
+from kraftlake.metadata import uuids
+from kraftlake.controller.shards import shard_of_topic
 from kraftlake.storage import Warehouse
 
 SHARDS = 3

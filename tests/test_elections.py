@@ -1,23 +1,16 @@
-"""``kraftlake.elections``: the election and ISR rules of Kafka's ``PartitionChangeBuilder``, checked by
+"""``kraftlake.controller.elections``: the election and ISR rules of Kafka's ``PartitionChangeBuilder``, checked by
 replaying the records they produce. ``Cluster`` and ``check_kip841`` are shared with test_replication."""
 
 from __future__ import annotations
 
 import pytest
 
-from kraftlake import uuids
-from kraftlake.decisions import record
-from kraftlake.elections import (
-    RECOVERING,
-    Election,
-    change_partition,
-    default_dir,
-    eligible_replicas,
-    partition_record_version,
-    unclean_election_enabled,
-)
-from kraftlake.image import DIR_MIGRATING, DIR_UNASSIGNED, ClusterImage, PartitionRegistration
-from kraftlake.replay import replay
+from kraftlake.metadata import uuids
+from kraftlake.controller.decisions import record
+from kraftlake.controller.elections import (RECOVERING, Election, change_partition, default_dir, eligible_replicas,
+    partition_record_version, unclean_election_enabled)
+from kraftlake.image.cluster_image import DIR_MIGRATING, DIR_UNASSIGNED, ClusterImage, PartitionRegistration
+from kraftlake.image.replay import replay
 
 TS = 1_763_580_879_457
 

@@ -10,23 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from kraftlake import uuids
-from kraftlake.image import (
-    DIR_MIGRATING,
-    DIR_UNASSIGNED,
-    Acl,
-    ClusterImage,
-    DelegationToken,
-    Endpoint,
-    PartitionRegistration,
-    ScramCredential,
-    SupportedFeature,
-    Voter,
-    VoterRegistration,
-)
-from kraftlake.events import check_struct
-from kraftlake.replay import replay
-from kraftlake.schemas import registry
+from kraftlake.metadata import uuids
+from kraftlake.image.cluster_image import (DIR_MIGRATING, DIR_UNASSIGNED, Acl, ClusterImage, DelegationToken, Endpoint,
+    PartitionRegistration, ScramCredential, SupportedFeature, Voter, VoterRegistration)
+from kraftlake.codec.events import check_struct
+from kraftlake.image.replay import replay
+from kraftlake.metadata.schemas import registry
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 FIXTURES = SHARED / "fixtures" / "kafka-logs"

@@ -13,10 +13,10 @@ import fastavro
 import pyarrow.compute as pc
 import pytest
 
-from kraftlake import events as events_mod
-from kraftlake import ingest
+from kraftlake.codec import events as events_mod
+from kraftlake.storage import ingest
 from kraftlake.storage.deltars import DeltaRsTables
-from kraftlake.tables import rows_to_events
+from kraftlake.storage.tables import rows_to_events
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "jobs"))

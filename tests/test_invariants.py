@@ -1,4 +1,4 @@
-"""``kraftlake.invariants`` and ``jobs/check.py``: the real logs break no KIP-841 invariant, and logs broken on
+"""``kraftlake.controller.invariants`` and ``jobs/check.py``: the real logs break no KIP-841 invariant, and logs broken on
 purpose are reported at exactly the broken offsets, with the right kind, and nothing else."""
 
 from __future__ import annotations
@@ -10,27 +10,16 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from kraftlake import ingest, uuids
+from kraftlake.storage import ingest
+from kraftlake.metadata import uuids
 from kraftlake.codec import read_partition_dir
-from kraftlake.events import check_struct
-from kraftlake.invariants import (
-    CONTROLLED_SHUTDOWN,
-    FENCED,
-    INELIGIBLE_LEADER_ELECTED,
-    INELIGIBLE_REPLICA_ADDED_TO_ISR,
-    LEADER_NOT_IN_ISR,
-    UNFENCED,
-    UNREGISTERED,
-    UNREGISTERED_LEADER_ELECTED,
-    UNREGISTERED_REPLICA_ADDED_TO_ISR,
-    InvariantChecker,
-    check_events,
-    check_warehouse,
-    warehouse_events,
-)
-from kraftlake.schemas import metadata_log_schema, registry
+from kraftlake.codec.events import check_struct
+from kraftlake.controller.invariants import (CONTROLLED_SHUTDOWN, FENCED, INELIGIBLE_LEADER_ELECTED,
+    INELIGIBLE_REPLICA_ADDED_TO_ISR, LEADER_NOT_IN_ISR, UNFENCED, UNREGISTERED, UNREGISTERED_LEADER_ELECTED,
+    UNREGISTERED_REPLICA_ADDED_TO_ISR, InvariantChecker, check_events, check_warehouse, warehouse_events)
+from kraftlake.metadata.schemas import metadata_log_schema, registry
 from kraftlake.storage.deltars import DeltaRsTables
-from kraftlake.tables import controller_log_schema, controller_log_to_arrow, events_to_arrow
+from kraftlake.storage.tables import controller_log_schema, controller_log_to_arrow, events_to_arrow
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "jobs"))

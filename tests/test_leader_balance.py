@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from kraftlake import uuids
-from kraftlake.events import check_struct
-from kraftlake.schemas import registry
-from kraftlake.shards import replay_log
+from kraftlake.metadata import uuids
+from kraftlake.codec.events import check_struct
+from kraftlake.metadata.schemas import registry
+from kraftlake.controller.shards import replay_log
 
 TOPIC = uuids.from_bytes(bytes([9] * 16))
 T0 = 1_763_000_000_000

@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from kraftlake.ingest import ingest_source
-from kraftlake.quorum_describe import LogView, format_replication, format_status, replication, status
+from kraftlake.storage.ingest import ingest_source
+from kraftlake.raft.describe import LogView, format_replication, format_status, replication, status
 from kraftlake.storage import Warehouse
 from streaming_helpers import REPO_ROOT, controller_env
 from test_quorum_history import RESTARTS, epochs_from_batch_headers

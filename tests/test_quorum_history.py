@@ -5,8 +5,8 @@ from __future__ import annotations
 import struct
 from collections import OrderedDict
 
-from kraftlake.ingest import ingest_source
-from kraftlake.runtime import register_views
+from kraftlake.storage.ingest import ingest_source
+from kraftlake.cli.runtime import register_views
 from kraftlake.storage import Warehouse
 
 RESTARTS = "single-broker-restarts/__cluster_metadata-0"

@@ -8,13 +8,13 @@ import subprocess
 
 import pytest
 
-from kraftlake.quorum import replay_quorum
-from kraftlake.quorum_describe import LogView, status
-from kraftlake.quorum_sim import SimConfig, simulate
-from kraftlake.quorum_traffic import write_simulation
-from kraftlake.raft import LEADER
+from kraftlake.raft.replica import replay_quorum
+from kraftlake.raft.describe import LogView, status
+from kraftlake.sim.quorum import SimConfig, simulate
+from kraftlake.sim.quorum_traffic import write_simulation
+from kraftlake.raft.node import LEADER
 from kraftlake.storage import Warehouse
-from kraftlake.tables import rows_to_events
+from kraftlake.storage.tables import rows_to_events
 from streaming_helpers import (REPO_ROOT, committed_batches, controller_command, controller_env, kill_controller_when,
                                plain, run_controller, sorted_rows)
 

@@ -6,8 +6,8 @@ test), never computed by the code under test. Jitter is 0 so timeouts land on ex
 
 from __future__ import annotations
 
-from kraftlake.raft import (CANDIDATE, FOLLOWER, LEADER, RESIGNED, UNATTACHED, VOTED, LogEntry, RaftConfig,
-                            RaftLog, RaftNode, message)
+from kraftlake.raft.node import (CANDIDATE, FOLLOWER, LEADER, RESIGNED, UNATTACHED, VOTED, LogEntry, RaftConfig,
+    RaftLog, RaftNode, message)
 
 CFG = RaftConfig(cluster_id="kraft", election_timeout_ms=1000, election_jitter_max_ms=0,
                  election_backoff_max_ms=1000, fetch_timeout_ms=2000)
@@ -452,7 +452,7 @@ def test_restart_keeps_the_vote_of_the_epoch():
 def _sim_config(voters: int, broken: bool = False, observers: int = 0, alter_every_ms: int = 0):
     import dataclasses
 
-    from kraftlake.quorum_sim import SimConfig
+    from kraftlake.sim.quorum import SimConfig
     base = SimConfig(voters=voters, observers=observers, duration_ms=10_000, alter_every_ms=alter_every_ms)
     return dataclasses.replace(base, raft=dataclasses.replace(base.raft, unsafe_grant_any_vote=broken))
 
@@ -460,7 +460,7 @@ def _sim_config(voters: int, broken: bool = False, observers: int = 0, alter_eve
 def test_simulated_quorums_keep_raft_safety_over_hundreds_of_seeds():
     from collections import Counter
 
-    from kraftlake.quorum_sim import simulate
+    from kraftlake.sim.quorum import simulate
     seen: Counter = Counter()
     for voters, observers, seeds in ((3, 1, range(200)), (5, 0, range(200, 300))):
         cfg = _sim_config(voters, observers=observers, alter_every_ms=3000)
@@ -478,13 +478,13 @@ def test_simulated_quorums_keep_raft_safety_over_hundreds_of_seeds():
 
 
 def test_simulation_is_deterministic_per_seed():
-    from kraftlake.quorum_sim import simulate
+    from kraftlake.sim.quorum import simulate
     a, b = simulate(7, _sim_config(3)), simulate(7, _sim_config(3))
     assert (a.leaders, a.committed, a.messages, a.events) == (b.leaders, b.committed, b.messages, b.events)
 
 
 def test_checker_catches_two_votes_per_epoch():
-    from kraftlake.quorum_sim import simulate
+    from kraftlake.sim.quorum import simulate
     caught = [r for r in (simulate(seed, _sim_config(3, broken=True)) for seed in range(40)) if not r.ok]
     assert caught
     assert "election_safety" in {v.rule for r in caught for v in r.violations}
@@ -610,7 +610,7 @@ def test_a_leader_removed_from_the_voters_resigns_once_that_is_committed():
 
 
 def test_a_follower_uses_the_voters_of_its_log_and_reverts_them_when_truncated():
-    from kraftlake.raft import record, voters_record
+    from kraftlake.raft.node import record, voters_record
     f = node(node_id=2)
     f.handle(begin(1, 2, epoch=1), 10)
     f.handle(message("FetchResponse", 1, 2, ErrorCode=0, HighWatermark=1, DivergingEpoch={"Epoch": -1, "EndOffset": -1},

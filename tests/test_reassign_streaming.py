@@ -20,11 +20,11 @@ from pyspark.sql import SparkSession
 
 from controller_scenarios import RequestLog, core_tables, ingest, isr_change, logged_events, new_topic, spark_tables
 from streaming_helpers import committed_batches, controller_command, kill_controller_when, run_controller
-from kraftlake.config import config_from_args
-from kraftlake.ingest import ingest_source
-from kraftlake.runtime import kafka_configs, register_views
+from kraftlake.cli.config import config_from_args
+from kraftlake.storage.ingest import ingest_source
+from kraftlake.cli.runtime import kafka_configs, register_views
 from kraftlake.storage import DeltaRsTables, Warehouse
-from kraftlake.topics import new_topic_id
+from kraftlake.controller.topics import new_topic_id
 from reassign_scenarios import cluster, list_reassignments, reassign
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "jobs"))

@@ -1,4 +1,4 @@
-"""``kraftlake.reassignments``: KIP-455 reassignments as Kafka's KRaft controller runs them.
+"""``kraftlake.controller.dispatch.reassignments``: KIP-455 reassignments as Kafka's KRaft controller runs them.
 
 Every expected state is written out by hand from KIP-455 and Kafka's rules
 (``PartitionReassignmentReplicas``, ``PartitionReassignmentRevert``, ``PartitionChangeBuilder``), never
@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import pytest
 
-from kraftlake import controller, uuids
-from kraftlake.cluster_control import ControllerState
-from kraftlake.decisions import Context
-from kraftlake.image import PartitionRegistration
-from kraftlake.reassignments import alter_partition_reassignments, list_partition_reassignments
-from kraftlake.replication import alter_partition, broker_failover
+from kraftlake.controller import dispatch as controller
+from kraftlake.metadata import uuids
+from kraftlake.controller.cluster_control import ControllerState
+from kraftlake.controller.decisions import Context
+from kraftlake.image.cluster_image import PartitionRegistration
+from kraftlake.controller.reassignments import alter_partition_reassignments, list_partition_reassignments
+from kraftlake.controller.replication import alter_partition, broker_failover
 
 from test_elections import Cluster, changed_fields, check_kip841, topic_id
 from test_replication import ctx, decide, error, request

@@ -1,4 +1,4 @@
-"""``kraftlake.replication``: scenarios replayed through the image, each checked against both KIP-841
+"""``kraftlake.controller.dispatch.replication``: scenarios replayed through the image, each checked against both KIP-841
 invariants, and the failover of a real Kafka log compared with what its controller wrote."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from kraftlake import uuids
+from kraftlake.metadata import uuids
 from kraftlake.codec.logdir import read_partition_dir
-from kraftlake.decisions import Context, error_code
-from kraftlake.events import check_struct
-from kraftlake.image import DIR_MIGRATING, ClusterImage
-from kraftlake.replay import replay
-from kraftlake.replication import alter_partition, broker_failover, elect_leaders
-from kraftlake.schemas import registry
-from kraftlake.topics import create_partitions, create_topics, delete_topics, new_topic_id
+from kraftlake.controller.decisions import Context, error_code
+from kraftlake.codec.events import check_struct
+from kraftlake.image.cluster_image import DIR_MIGRATING, ClusterImage
+from kraftlake.image.replay import replay
+from kraftlake.controller.replication import alter_partition, broker_failover, elect_leaders
+from kraftlake.metadata.schemas import registry
+from kraftlake.controller.topics import create_partitions, create_topics, delete_topics, new_topic_id
 
 from test_elections import Cluster, changed_fields, check_kip841, state, topic_id
 

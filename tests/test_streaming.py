@@ -20,10 +20,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
 
-from kraftlake import streaming, uuids
-from kraftlake.events import validate_event
-from kraftlake.ingest import ingest_source
-from kraftlake.shards import TOPIC_SCOPED, shard_of_topic
+from kraftlake.spark import controller_query as streaming
+from kraftlake.metadata import uuids
+from kraftlake.codec.events import validate_event
+from kraftlake.storage.ingest import ingest_source
+from kraftlake.controller.shards import TOPIC_SCOPED, shard_of_topic
 from kraftlake.storage import DeltaRsTables, Warehouse
 from streaming_helpers import (
     TABLES,

@@ -18,7 +18,7 @@ from typing import Iterator, Union
 from kraftlake.codec import batches
 from kraftlake.codec.batches import BadRecord, BatchError, RecordBatch
 from kraftlake.codec.messages import MessageError, Reader, decode_message
-from kraftlake.schemas import UnknownVersionError, registry
+from kraftlake.metadata.schemas import UnknownVersionError, registry
 
 SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import struct
 from typing import Any, Callable
 
-from kraftlake import uuids
-from kraftlake.schemas import FieldSpec, MessageSpec, StructSpec
+from kraftlake.metadata import uuids
+from kraftlake.metadata.schemas import FieldSpec, MessageSpec, StructSpec
 
 _INT = {
     "int8": struct.Struct(">b"),

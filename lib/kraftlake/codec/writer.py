@@ -15,7 +15,7 @@ from typing import Iterable, Sequence
 from kraftlake.codec.batches import encode_batch
 from kraftlake.codec.logdir import METADATA_FRAME_VERSION
 from kraftlake.codec.messages import encode_message, write_uvarint
-from kraftlake.schemas import registry
+from kraftlake.metadata.schemas import registry
 
 
 def record_key_value(event: dict) -> tuple[bytes | None, bytes]:

@@ -1,0 +1,41 @@
+"""The command-line face of the settings: the options every job shares, layered over the defaults."""
+
+from __future__ import annotations
+
+import argparse
+
+from kraftlake.metadata.config import ENGINES, Config, load_layers, parse_override
+
+__all__ = ["add_common_arguments", "config_from_args"]
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options every job shares, so ``--warehouse`` means the same thing everywhere."""
+    group = parser.add_argument_group("kraftlake configuration")
+    group.add_argument("--warehouse", metavar="PATH",
+                       help="directory or URI of the Delta tables (kraftlake.warehouse)")
+    group.add_argument("--conf-file", metavar="FILE",
+                       help="properties file layered over conf/kraftlake.properties")
+    group.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
+                       help="set one setting (repeatable); wins over --conf-file")
+    group.add_argument("--strict", action="store_const", const=True, default=None,
+                       help="stop at the first bad input event instead of writing it to `rejected` (kraftlake.strict)")
+    group.add_argument("--engine", choices=ENGINES,
+                       help="Delta storage engine (kraftlake.engine)")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """Build the Config for parsed arguments; the dedicated flags win over ``--override``."""
+    overrides = dict(parse_override(e) for e in (getattr(args, "override", None) or []))
+    flags: dict[str, str] = {}
+    warehouse = getattr(args, "warehouse", None)
+    if warehouse is not None:
+        flags["kraftlake.warehouse"] = warehouse
+    if getattr(args, "strict", None):
+        flags["kraftlake.strict"] = "true"
+    engine = getattr(args, "engine", None)
+    if engine is not None:
+        flags["kraftlake.engine"] = engine
+    return load_layers(getattr(args, "conf_file", None),
+                 [(overrides, "--override"), (flags, "--warehouse/--engine/--strict")])

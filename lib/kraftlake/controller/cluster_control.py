@@ -1,0 +1,397 @@
+"""The broker lifecycle (Kafka's ``ClusterControlManager`` and ``BrokerHeartbeatManager``, KIP-841):
+registration, heartbeats, controlled shutdown, session expiry and unregistration.
+
+As everywhere in the controller (ADR 0003), a decision returns records and a response and never touches
+the image. What is not metadata lives in ``ControllerState``: as in Kafka, it is the active controller's
+soft state, rebuilt from heartbeats, so a controller that takes over a log starts it afresh
+(``take_over``). Decisions update it in place, as Kafka's heartbeat manager is updated while a request is
+handled.
+
+Broker-level records must come out identical on every controller shard (ADR 0003), so no broker
+transition here depends on which partitions a shard holds. Hence the one change to Kafka's state
+machine: an unfenced broker asking to shut down always enters a persisted controlled shutdown, where
+Kafka fences it at once if it leads no partition, a fact no single shard knows. It shuts down (and is
+fenced) on a later heartbeat, once the other active brokers have seen the records that moved its
+leaderships, as in Kafka. Kafka's other condition for that, that it leads nothing, is not checked: it
+holds on every shard by then, since the records that moved its leaderships were written on every shard
+alike. So ``ShouldShutDown`` needs no merging across shards.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from kraftlake.controller.decisions import Context, Decision, error_code, record, response
+from kraftlake.controller.elections import (MV_DIRECTORIES, Election, change_partition, eligible_replicas,
+    metadata_version, unclean_election_enabled)
+from kraftlake.image.cluster_image import NO_LEADER, BrokerRegistration, ClusterImage, normalize_uuid
+from kraftlake.image.replay import replay
+from kraftlake.controller.replication import broker_failover
+
+SESSION_TIMEOUT = "broker.session.timeout.ms"
+DEFAULT_SESSION_TIMEOUT_MS = 9000  # Kafka's default
+
+METADATA_VERSION = "metadata.version"
+KRAFT_VERSION = "kraft.version"
+# metadata.version level 3.4-IV0, from which RegisterBrokerRecord is written at v2 (IsMigratingZkBroker).
+MV_ZK_MIGRATION = 8
+# What Kafka assumes of a broker that does not list a finalized feature: metadata.version 1 (the first
+# KRaft level) for metadata.version, level 0 for everything else.
+_UNLISTED_METADATA_VERSION = (1, 1)
+_UNLISTED_FEATURE = (0, 0)
+
+# BrokerRegistrationChangeRecord values (Kafka's BrokerRegistrationFencingChange / ...InControlledShutdownChange).
+_FENCE, _UNFENCE, _ENTER_CONTROLLED_SHUTDOWN = 1, -1, 1
+
+
+class _Next(enum.Enum):
+    """Kafka's ``BrokerControlState``: where a heartbeat takes a broker."""
+
+    FENCED = "fenced"
+    UNFENCED = "unfenced"
+    CONTROLLED_SHUTDOWN = "controlled_shutdown"
+    SHUTDOWN_NOW = "shutdown_now"
+
+
+@dataclass(slots=True)
+class Session:
+    """One broker incarnation's soft state (Kafka's ``BrokerHeartbeatState`` plus its tracker entry)."""
+
+    epoch: int
+    contact_ms: int  # event time of the last heartbeat, registration or takeover
+    registered_offset: int  # offset of the RegisterBrokerRecord the broker must catch up with to be unfenced
+    metadata_offset: int = -1  # the broker's last CurrentMetadataOffset
+    shutdown_offset: int = -1  # offset of the records that started its controlled shutdown, -1 if none
+
+
+@dataclass
+class ControllerState:
+    """The controller's soft state: broker sessions by broker id, and when its current term began
+    (None until it first takes over a log)."""
+
+    sessions: dict[int, Session] = field(default_factory=dict)
+    takeover_ms: int | None = None
+    balance_due_ms: int | None = None  # next leader-imbalance check (auto.leader.rebalance.enable)
+
+    def to_dict(self) -> dict:
+        """Plain ints in sorted order, so equal states serialise equally in the shard state store."""
+        return {"takeover_ms": self.takeover_ms, "balance_due_ms": self.balance_due_ms,
+                "sessions": [[broker_id, s.epoch, s.contact_ms, s.registered_offset, s.metadata_offset,
+                              s.shutdown_offset] for broker_id, s in sorted(self.sessions.items())]}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping) -> ControllerState:
+        return cls(sessions={row[0]: Session(*row[1:]) for row in doc["sessions"]},
+                   takeover_ms=doc["takeover_ms"], balance_due_ms=doc.get("balance_due_ms"))
+
+
+def take_over(image: ClusterImage, state: ControllerState, now_ms: int) -> None:
+    """Begin a controller term over a log that another controller wrote: every unfenced broker's session
+    starts now, and nothing else survives, as in Kafka's ``ClusterControlManager.activate``.
+
+    The heartbeats that kept those brokers alive went to the other controller and were never logged;
+    judging them by anything older would fence brokers that were never silent. Fenced brokers get no
+    session (KAFKA-19130), so a restarted incarnation may register at once. A broker the state has no
+    session for (say, registered by records replayed later) gets one the first time a decision here
+    looks at it, by the same rule.
+    """
+    state.takeover_ms = now_ms
+    state.sessions = {b.id: _fresh_session(b, now_ms) for b in image.brokers.values() if not b.fenced}
+    state.balance_due_ms = None  # the first imbalance check comes one interval into the term
+
+
+def expire_sessions(image: ClusterImage, state: ControllerState, ctx: Context) -> list[dict]:
+    """Fence every unfenced broker not heard from for ``broker.session.timeout.ms`` of event time.
+
+    A session expires once strictly more than the timeout has passed (Kafka's
+    ``BrokerHeartbeatTracker.isExpired``). Brokers are fenced one after the other, stalest first (ties
+    by id), each failover seeing the fencings before it, as Kafka's ``maybeFenceOneStaleBroker`` does.
+    Only broadcast events may call this, or shards would fence at different times (ADR 0003).
+    """
+    timeout = session_timeout_ms(ctx.config)
+    stale = []
+    for broker in image.brokers.values():
+        if broker.fenced:
+            continue
+        session = _session(state, broker, ctx.now_ms)
+        if _expired(session, timeout, ctx.now_ms):
+            stale.append((session.contact_ms, broker.id))
+    records: list[dict] = []
+    current = image
+    for n, (_, broker_id) in enumerate(sorted(stale)):
+        fencing = _fence(current, current.brokers[broker_id], ctx)
+        records += fencing
+        state.sessions[broker_id].shutdown_offset = -1
+        if n + 1 < len(stale):
+            current = _with(current, fencing, ctx)
+    return records
+
+
+def decide_broker_registration(image: ClusterImage, state: ControllerState, request: dict,
+                               ctx: Context) -> Decision:
+    """``BrokerRegistrationRequest`` (``ClusterControlManager.registerBroker``, Kafka 4).
+
+    A new incarnation gets a new broker epoch, the offset of its RegisterBrokerRecord, and starts fenced
+    and out of controlled shutdown. The same incarnation registering again (a retry, or new listeners)
+    keeps its epoch, fencing and shutdown state (KAFKA-16952). Another incarnation is refused while the
+    registered one has a live session, unless that one is in controlled shutdown (KAFKA-19047).
+    """
+    data, version = request["data"], request["version"]
+    broker_id = data["BrokerId"]
+
+    def refuse(error: str) -> Decision:
+        return Decision(response=response("BrokerRegistrationResponse",
+                                          {"ErrorCode": error_code(error)}, version))
+
+    if ctx.cluster_id is not None and data["ClusterId"] != ctx.cluster_id:
+        return refuse("INCONSISTENT_CLUSTER_ID")
+    incarnation = normalize_uuid(data["IncarnationId"])
+    existing = image.brokers.get(broker_id)
+    same = existing is not None and existing.incarnation_id == incarnation
+    if existing is not None and not same and not existing.in_controlled_shutdown:
+        # A fenced broker unheard of this term has no session (see take_over); an unfenced one has.
+        session = _session(state, existing, ctx.now_ms) if not existing.fenced else (
+            _known_session(state, existing))
+        if session is not None and not _expired(session, session_timeout_ms(ctx.config), ctx.now_ms):
+            return refuse("DUPLICATE_BROKER_REGISTRATION")
+    if data["IsMigratingZkBroker"]:
+        return refuse("BROKER_ID_NOT_REGISTERED")  # Kafka 4 registers no ZooKeeper brokers
+    if _unsupported_feature(image, data["Features"]):
+        return refuse("UNSUPPORTED_VERSION")
+
+    epoch = existing.epoch if same else ctx.offset
+    mv = metadata_version(image)
+    rec_version = 3 if mv is None or mv >= MV_DIRECTORIES else 2 if mv >= MV_ZK_MIGRATION else 1
+    features = list(data["Features"])
+    if not any(f["Name"] == METADATA_VERSION for f in features):
+        low, high = _UNLISTED_METADATA_VERSION
+        features.append({"Name": METADATA_VERSION, "MinSupportedVersion": low, "MaxSupportedVersion": high})
+    rec = record("RegisterBrokerRecord", {
+        "BrokerId": broker_id,
+        "IncarnationId": incarnation,
+        "BrokerEpoch": epoch,
+        "EndPoints": [dict(listener) for listener in data["Listeners"]],
+        "Features": features,
+        "Rack": data["Rack"],
+        "Fenced": existing.fenced if same else True,
+        "InControlledShutdown": existing.in_controlled_shutdown if same else False,
+        "LogDirs": list(data["LogDirs"]) if rec_version >= 3 else [],
+    }, rec_version)
+
+    session = _known_session(state, existing) if same else None
+    if session is not None:
+        session.contact_ms, session.registered_offset = ctx.now_ms, ctx.offset
+    else:
+        state.sessions[broker_id] = Session(epoch=epoch, contact_ms=ctx.now_ms, registered_offset=ctx.offset)
+    return Decision([rec], response("BrokerRegistrationResponse",
+                                    {"ErrorCode": 0, "BrokerEpoch": epoch}, version))
+
+
+def decide_broker_heartbeat(image: ClusterImage, state: ControllerState, request: dict,
+                            ctx: Context) -> Decision:
+    """``BrokerHeartbeatRequest``: Kafka's ``BrokerHeartbeatManager.calculateNextBrokerState`` and
+    ``ReplicationControlManager.processBrokerHeartbeat``.
+
+    A fenced broker is unfenced once its metadata offset reaches its registration record. ``WantFence``
+    fences an unfenced broker; ``WantShutDown`` lets a fenced one shut down at once, and puts an
+    unfenced one into a persisted controlled shutdown that moves its leaderships and takes it out of
+    every ISR.
+    The broker may then shut down (``ShouldShutDown``) once every active broker has caught up with
+    those records; it is fenced as it goes. A heartbeat for an unknown broker or another epoch is
+    STALE_BROKER_EPOCH, as in Kafka (``checkBrokerEpoch``).
+    """
+    data, version = request["data"], request["version"]
+    broker = image.brokers.get(data["BrokerId"])
+    if broker is None or broker.epoch != data["BrokerEpoch"]:
+        return Decision(response=response("BrokerHeartbeatResponse",
+                                          {"ErrorCode": error_code("STALE_BROKER_EPOCH")}, version))
+    session = _session(state, broker, ctx.now_ms)
+    offset = data["CurrentMetadataOffset"]
+    caught_up = offset >= session.registered_offset
+
+    if broker.fenced:
+        current = _Next.FENCED
+        if data["WantShutDown"]:
+            nxt = _Next.SHUTDOWN_NOW
+        elif not data["WantFence"] and caught_up:
+            nxt = _Next.UNFENCED
+        else:
+            nxt = _Next.FENCED
+    elif session.shutdown_offset >= 0:
+        current = _Next.CONTROLLED_SHUTDOWN
+        nxt = (_Next.SHUTDOWN_NOW if session.shutdown_offset <= _lowest_active_offset(image, state)
+               else _Next.CONTROLLED_SHUTDOWN)
+    else:
+        current = _Next.UNFENCED
+        if data["WantFence"]:
+            nxt = _Next.SHUTDOWN_NOW if data["WantShutDown"] else _Next.FENCED
+        elif data["WantShutDown"]:
+            nxt = _Next.CONTROLLED_SHUTDOWN
+        else:
+            nxt = _Next.UNFENCED
+
+    records: list[dict] = []
+    if nxt is not current:
+        if nxt is _Next.UNFENCED:
+            records = _unfence(image, broker, ctx)
+        elif nxt is _Next.CONTROLLED_SHUTDOWN:
+            records = _enter_controlled_shutdown(image, broker, ctx)
+        else:
+            records = _fence(image, broker, ctx)
+
+    fenced = nxt in (_Next.FENCED, _Next.SHUTDOWN_NOW)
+    session.contact_ms, session.metadata_offset = ctx.now_ms, offset
+    if fenced:
+        session.shutdown_offset = -1
+    elif nxt is _Next.CONTROLLED_SHUTDOWN and session.shutdown_offset < 0:
+        session.shutdown_offset = ctx.offset
+    return Decision(records, response("BrokerHeartbeatResponse", {
+        "ErrorCode": 0, "IsCaughtUp": caught_up, "IsFenced": fenced,
+        "ShouldShutDown": nxt is _Next.SHUTDOWN_NOW}, version))
+
+
+def decide_unregister_broker(image: ClusterImage, state: ControllerState, request: dict,
+                             ctx: Context) -> Decision:
+    """``UnregisterBrokerRequest`` (``ReplicationControlManager.unregisterBroker``): the broker's
+    partitions fail over first, then its registration goes."""
+    data, version = request["data"], request["version"]
+    broker = image.brokers.get(data["BrokerId"])
+    if broker is None:
+        return Decision(response=response("UnregisterBrokerResponse", {
+            "ErrorCode": error_code("BROKER_ID_NOT_REGISTERED"),
+            "ErrorMessage": f"Broker ID {data['BrokerId']} is not currently registered"}, version))
+    records = broker_failover(image, broker.id, ctx)
+    records.append(record("UnregisterBrokerRecord", {"BrokerId": broker.id, "BrokerEpoch": broker.epoch}))
+    state.sessions.pop(broker.id, None)
+    return Decision(records, response("UnregisterBrokerResponse", {"ErrorCode": 0}, version))
+
+
+def due_leader_balance(state: ControllerState, config: Mapping[str, str], now_ms: int) -> bool:
+    """Whether a leader-imbalance check is due at ``now_ms`` (event time); schedules the next one.
+
+    Kafka checks every ``leader.imbalance.check.interval.seconds`` while ``auto.leader.rebalance.enable``
+    is true, the first check one interval after the controller took over.
+    """
+    if config.get("auto.leader.rebalance.enable", "true").strip().lower() != "true":
+        return False
+    interval = int(config.get("leader.imbalance.check.interval.seconds", "300")) * 1000
+    if state.balance_due_ms is None:
+        state.balance_due_ms = (state.takeover_ms if state.takeover_ms is not None else now_ms) + interval
+    if now_ms < state.balance_due_ms:
+        return False
+    state.balance_due_ms = now_ms + interval
+    return True
+
+
+def session_timeout_ms(config: Mapping[str, str]) -> int:
+    return int(config.get(SESSION_TIMEOUT, DEFAULT_SESSION_TIMEOUT_MS))
+
+
+def _fresh_session(broker: BrokerRegistration, now_ms: int) -> Session:
+    # Without the log position of its RegisterBrokerRecord, its epoch is the best lower bound: a new
+    # incarnation's epoch is that very offset.
+    return Session(epoch=broker.epoch, contact_ms=now_ms, registered_offset=broker.epoch)
+
+
+def _known_session(state: ControllerState, broker: BrokerRegistration) -> Session | None:
+    """The session of the broker's registered incarnation, if this term has one."""
+    session = state.sessions.get(broker.id)
+    return session if session is not None and session.epoch == broker.epoch else None
+
+
+def _session(state: ControllerState, broker: BrokerRegistration, now_ms: int) -> Session:
+    """The session of the broker's registered incarnation, started now if this term has none."""
+    session = _known_session(state, broker)
+    if session is None:
+        session = state.sessions[broker.id] = _fresh_session(broker, now_ms)
+    return session
+
+
+def _expired(session: Session, timeout_ms: int, now_ms: int) -> bool:
+    return session.contact_ms + timeout_ms < now_ms
+
+
+def _lowest_active_offset(image: ClusterImage, state: ControllerState) -> int:
+    """The lowest metadata offset any active broker (unfenced, not shutting down) has reported; a
+    broker not heard from this term counts as -1 (Kafka's ``lowestActiveOffset``)."""
+    lowest = None
+    for broker in image.brokers.values():
+        if broker.fenced:
+            continue
+        session = _known_session(state, broker)
+        if session is None:
+            reported = -1
+        elif session.shutdown_offset >= 0:
+            continue
+        else:
+            reported = session.metadata_offset
+        lowest = reported if lowest is None else min(lowest, reported)
+    return (1 << 63) - 1 if lowest is None else lowest
+
+
+def _unsupported_feature(image: ClusterImage, listed: list[dict]) -> bool:
+    """Whether the broker cannot run at some finalized feature level, kraft.version included."""
+    ranges = {f["Name"]: (f["MinSupportedVersion"], f["MaxSupportedVersion"]) for f in listed}
+    finalized = {**image.features, KRAFT_VERSION: image.quorum.kraft_version}
+    for name, level in finalized.items():
+        default = _UNLISTED_METADATA_VERSION if name == METADATA_VERSION else _UNLISTED_FEATURE
+        low, high = ranges.get(name, default)
+        if not low <= level <= high:
+            return True
+    return False
+
+
+def _change(broker: BrokerRegistration, version: int, **fields: int) -> dict:
+    return record("BrokerRegistrationChangeRecord",
+                  {"BrokerId": broker.id, "BrokerEpoch": broker.epoch, **fields}, version)
+
+
+def _fence(image: ClusterImage, broker: BrokerRegistration, ctx: Context) -> list[dict]:
+    """Kafka's ``handleBrokerFenced``: the partitions fail over, then the fencing (at v0, as Kafka
+    writes it, even for a broker already fenced)."""
+    return broker_failover(image, broker.id, ctx) + [_change(broker, 0, Fenced=_FENCE)]
+
+
+def _enter_controlled_shutdown(image: ClusterImage, broker: BrokerRegistration, ctx: Context) -> list[dict]:
+    """Kafka's ``handleBrokerInControlledShutdown``: the persisted state first (v1, the version that has
+    the field), then the failover."""
+    records = [] if broker.in_controlled_shutdown else [
+        _change(broker, 1, InControlledShutdown=_ENTER_CONTROLLED_SHUTDOWN)]
+    return records + broker_failover(image, broker.id, ctx)
+
+
+def _unfence(image: ClusterImage, broker: BrokerRegistration, ctx: Context) -> list[dict]:
+    """Kafka's ``handleBrokerUnfenced``: the unfencing, then a leader for every leaderless partition of
+    this shard, the returning broker included among the candidates (the image still shows it fenced).
+
+    Unlike Kafka, a broker still marked in controlled shutdown (fenced at the end of one and then
+    unfenced by the same incarnation) is no candidate: KIP-841 never elects a shutting-down broker.
+    """
+    mv = metadata_version(image)
+    active = eligible_replicas(image)
+    returning = broker.id if not broker.in_controlled_shutdown else None
+
+    def eligible(replica: int) -> bool:
+        return replica == returning or active(replica)
+
+    records = [_change(broker, 0, Fenced=_UNFENCE)]
+    for topic in image.topics.values():
+        if not ctx.owns(topic.id):
+            continue
+        election = Election.UNCLEAN if unclean_election_enabled(image, topic.name, ctx.config) else Election.ONLINE
+        for partition in topic.partitions.values():
+            if partition.leader == NO_LEADER:
+                change = change_partition(partition, eligible, election=election, mv=mv)
+                if change is not None:
+                    records.append(change)
+    return records
+
+
+def _with(image: ClusterImage, records: list[dict], ctx: Context) -> ClusterImage:
+    """A copy of ``image`` with ``records`` applied, for a decision that builds on its own records."""
+    result = image.copy()
+    for rec in records:
+        replay(result, {**rec, "offset": ctx.offset, "leader_epoch": -1, "timestamp": ctx.now_ms})
+    return result

@@ -1,0 +1,45 @@
+"""What a controller decision is made of (ADR 0003): records to append plus the response.
+
+Decisions never mutate the image: the caller replays ``Decision.records`` into it exactly like records
+read from a real log, so a decided log and a replayed log cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from kraftlake.metadata.schemas import error_code, registry
+
+
+
+@dataclass
+class Context:
+    """What a decision may depend on besides the image: event time, configs, which topics are ours."""
+
+    now_ms: int
+    offset: int
+    config: Mapping[str, str] = field(default_factory=dict)
+    owns: Callable[[str], bool] = lambda topic_id: True
+    cluster_id: str | None = None
+
+
+@dataclass
+class Decision:
+    records: list[dict] = field(default_factory=list)
+    response: dict = field(default_factory=dict)
+
+
+def record(type_: str, data: dict, version: int | None = None) -> dict:
+    """A record to append: every field present (Kafka defaults for the rest), newest version by default."""
+    spec = registry()[type_]
+    return {"type": type_, "version": spec.valid_versions.high if version is None else version,
+            "data": {**spec.defaults(), **data}}
+
+
+def response(type_: str, data: dict, version: int) -> dict:
+    spec = registry()[type_]
+    return {"type": type_, "version": version, "data": {**spec.defaults(), **data}}
+
+
+__all__ = ["Context", "Decision", "error_code", "record", "response"]

@@ -1,0 +1,67 @@
+"""Which decision answers which request, and in what scope a shard decides it (ADR 0003).
+
+Three kinds of requests, by what they touch:
+- broker requests change broker records only (and the failover of the shard's own partitions): every
+  shard decides them identically from the broker registry it shares with the others;
+- topic requests (CreateTopics, DeleteTopics) are decided by every shard over every topic, so that each
+  shard knows every topic name; only the owner keeps the partition records;
+- partition requests are decided by each shard for the topics it owns; the shards' answers are merged.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from kraftlake.controller import cluster_control, reassignments, replication, topics
+from kraftlake.controller.cluster_control import ControllerState
+from kraftlake.controller.decisions import Context, Decision
+from kraftlake.image.cluster_image import ClusterImage
+
+BROKER_REQUESTS: dict[str, Callable[[ClusterImage, ControllerState, dict, Context], Decision]] = {
+    "BrokerRegistrationRequest": cluster_control.decide_broker_registration,
+    "BrokerHeartbeatRequest": cluster_control.decide_broker_heartbeat,
+    "UnregisterBrokerRequest": cluster_control.decide_unregister_broker,
+}
+TOPIC_REQUESTS: dict[str, Callable[[ClusterImage, dict, Context], Decision]] = {
+    "CreateTopicsRequest": topics.create_topics,
+    "DeleteTopicsRequest": topics.delete_topics,
+}
+PARTITION_REQUESTS: dict[str, Callable[[ClusterImage, dict, Context], Decision]] = {
+    "AlterPartitionRequest": replication.alter_partition,
+    "ElectLeadersRequest": replication.elect_leaders,
+    "CreatePartitionsRequest": topics.create_partitions,
+    "AlterPartitionReassignmentsRequest": reassignments.alter_partition_reassignments,
+    "ListPartitionReassignmentsRequest": reassignments.list_partition_reassignments,
+}
+
+
+def decide(image: ClusterImage, state: ControllerState, request: dict, ctx: Context) -> Decision | None:
+    """The decision for ``request`` as this shard sees it; None for a request no manager handles yet."""
+    type_ = request["type"]
+    if type_ in BROKER_REQUESTS:
+        return BROKER_REQUESTS[type_](image, state, request, ctx)
+    if type_ in TOPIC_REQUESTS:
+        everything = Context(ctx.now_ms, ctx.offset, ctx.config, lambda topic_id: True, ctx.cluster_id)
+        return TOPIC_REQUESTS[type_](image, request, everything)
+    if type_ in PARTITION_REQUESTS:
+        return PARTITION_REQUESTS[type_](image, request, ctx)
+    return None
+
+
+def merge_responses(parts: list[dict]) -> dict:
+    """One response from the shards' answers to a broadcast request, in shard order.
+
+    Each topic or partition is answered by its owner, and an entry about an unknown topic by every
+    shard alike, so lists are united without repeats and scalars are the first shard's.
+    """
+    def merge(a, b):
+        if isinstance(a, dict) and isinstance(b, dict):
+            return {k: merge(a[k], b[k]) if k in b else a[k] for k in a}
+        if isinstance(a, list) and isinstance(b, list):
+            return a + [item for item in b if item not in a]
+        return a
+
+    merged = parts[0]
+    for part in parts[1:]:
+        merged = merge(merged, part)
+    return merged

@@ -1,0 +1,400 @@
+"""Controller shards: how the log is split, and one shard's step over its events (pure Python).
+
+A topic's records go to shard ``crc32(topic id) % N``; everything broker- or cluster-scoped is sent to
+every shard, so each shard holds the whole (small) broker registry plus its own topics and is a complete,
+deterministic controller for its partitions (DESIGN.md, "Sharding"). Cluster-wide rows (brokers,
+configs) are emitted by shard 0 only, topic rows by the topic's shard (ADR 0002).
+
+``step`` is exactly what the streaming job runs inside ``applyInPandasWithState``; ``replay_log`` runs the
+same steps in-process and is the reference the Spark job is tested against.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import zlib
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Mapping
+
+from kraftlake.controller.cluster_control import ControllerState, due_leader_balance, expire_sessions, take_over
+from kraftlake.controller.dispatch import decide, merge_responses
+from kraftlake.controller.decisions import Context
+from kraftlake.image.cluster_image import BrokerRegistration, ClusterImage, PartitionRegistration
+from kraftlake.image.replay import replay
+from kraftlake.controller.replication import balance_partition_leaders
+from kraftlake.metadata.schemas import QUORUM_TRAFFIC, error_name, registry
+
+# Records that concern one topic's partitions, by the topic's id; every other event is broadcast,
+# TopicRecord and RemoveTopicRecord included: every shard knows every topic's name (topic configs are
+# keyed by name, and shard 0 must see a removal to drop them), only the owner holds its partitions.
+TOPIC_SCOPED = {"PartitionRecord": "TopicId", "PartitionChangeRecord": "TopicId"}
+# Events that change nothing a shard holds: filtered out before the shuffle. The quorum's traffic is the
+# quorum query's (``quorum_stream``), not the controller's.
+SKIPPED = frozenset({"NoOpRecord"}) | QUORUM_TRAFFIC
+MARKERS = frozenset({"EndTransactionRecord", "SnapshotFooterRecord"})
+
+
+def shard_of_topic(topic_id: str, shards: int) -> int:
+    """Spark computes the same with ``pmod(crc32(encode(topic_id, 'UTF-8')), shards)``."""
+    return zlib.crc32(topic_id.encode("utf-8")) % shards
+
+
+def routes(event: dict, shards: int) -> list[int]:
+    if event["type"] in SKIPPED:
+        return []
+    key = TOPIC_SCOPED.get(event["type"])
+    if key is not None:
+        return [shard_of_topic(event["data"][key], shards)]
+    return list(range(shards))
+
+
+@dataclass(frozen=True)
+class Output:
+    """One row for a warehouse table. ``op``: append (history, rejected), upsert or delete (state)."""
+
+    table: str
+    op: str
+    offset: int
+    seq: int  # order of rows produced by one event
+    row: dict
+
+
+@dataclass
+class ShardState:
+    """A shard's image, its controller's soft state, and how far into the log it is.
+
+    ``in_term`` is false while the shard replays records another controller wrote; the first request
+    after them starts a term of its own (``cluster_control.take_over``), as a failover does in Kafka.
+    """
+
+    image: ClusterImage
+    last_offset: int = -1
+    controller: ControllerState = field(default_factory=ControllerState)
+    in_term: bool = False
+
+    def to_bytes(self) -> bytes:
+        soft = json.dumps({"controller": self.controller.to_dict(), "in_term": self.in_term},
+                          separators=(",", ":")).encode()
+        return (self.last_offset.to_bytes(8, "big", signed=True) + len(soft).to_bytes(4, "big") + soft
+                + self.image.to_bytes())
+
+    @classmethod
+    def from_bytes(cls, raw: bytes | None) -> "ShardState":
+        if not raw:
+            return cls(ClusterImage())
+        size = int.from_bytes(raw[8:12], "big")
+        soft = json.loads(raw[12:12 + size])
+        return cls(ClusterImage.from_bytes(raw[12 + size:]), int.from_bytes(raw[:8], "big", signed=True),
+                   ControllerState.from_dict(soft["controller"]), soft["in_term"])
+
+
+def partition_row(topic: str, p: PartitionRegistration) -> dict:
+    return {"topic": topic, "topic_id": p.topic_id, "partition": p.partition_id, "replicas": list(p.replicas),
+            "isr": list(p.isr), "leader": p.leader, "leader_epoch": p.leader_epoch,
+            "partition_epoch": p.partition_epoch, "adding_replicas": list(p.adding_replicas),
+            "removing_replicas": list(p.removing_replicas), "leader_recovery_state": p.leader_recovery_state,
+            "elr": list(p.elr), "last_known_elr": list(p.last_known_elr), "directories": list(p.directories),
+            "last_offset": p.last_offset, "last_timestamp": p.last_timestamp}
+
+
+def history_row(topic: str, event: dict, before: PartitionRegistration | None,
+                after: PartitionRegistration | None) -> dict:
+    current = after if after is not None else before
+    change = "create" if before is None else "delete" if after is None else "change"
+    return {
+        "offset": after.last_offset if after is not None else event["offset"],
+        "timestamp": after.last_timestamp if after is not None else event["timestamp"],
+        "applied_offset": event["offset"], "cause": event["type"], "change": change,
+        "topic": topic, "topic_id": current.topic_id, "partition": current.partition_id,
+        "leader_before": None if before is None else before.leader,
+        "leader": None if after is None else after.leader,
+        "isr_before": None if before is None else list(before.isr),
+        "isr": None if after is None else list(after.isr),
+        "replicas_before": None if before is None else list(before.replicas),
+        "replicas": None if after is None else list(after.replicas),
+        "leader_epoch_before": None if before is None else before.leader_epoch,
+        "leader_epoch": None if after is None else after.leader_epoch,
+        "partition_epoch_before": None if before is None else before.partition_epoch,
+        "partition_epoch": None if after is None else after.partition_epoch,
+        "adding_replicas": None if after is None else list(after.adding_replicas),
+        "removing_replicas": None if after is None else list(after.removing_replicas),
+        "elr": None if after is None else list(after.elr),
+        "leader_recovery_state": None if after is None else after.leader_recovery_state,
+    }
+
+
+def broker_row(b: BrokerRegistration, event: dict) -> dict:
+    return {"broker_id": b.id, "epoch": b.epoch, "incarnation_id": b.incarnation_id, "fenced": b.fenced,
+            "in_controlled_shutdown": b.in_controlled_shutdown, "rack": b.rack,
+            "listeners": [f"{e.name}://{e.host}:{e.port}" for e in b.listeners],
+            "last_offset": event["offset"], "last_timestamp": event["timestamp"]}
+
+
+def rejected_row(event: dict, reason: str, offset: int | None = None, type_: str | None = None) -> dict:
+    return {"stage": "replay", "source": event.get("source"), "position": event.get("position"),
+            "offset": event["offset"] if offset is None else offset, "type": type_ or event["type"],
+            "version": event.get("version"), "error": "INVALID_RECORD", "reason": reason,
+            "raw": None, "raw_length": None}
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.rows: list[Output] = []
+        self.seq = 0
+
+    def add(self, table: str, op: str, offset: int, row: dict) -> None:
+        self.rows.append(Output(table, op, offset, self.seq, row))
+        self.seq += 1
+
+
+def _topics_snapshot(image: ClusterImage) -> dict[str, tuple[str, int]]:
+    return {tid: (t.name, len(t.partitions)) for tid, t in image.topics.items()}
+
+
+def _canonical_order(image: ClusterImage) -> None:
+    """Topics by id, partitions by index: the order an image has after the state store (``to_bytes``
+    sorts). Decisions that walk every topic (failover, unfencing, ElectLeaders over all topics) then
+    write their records and answers in one order, whether or not the image went through the state
+    store between micro-batches, so the tables do not depend on how the log was batched."""
+    topics = sorted(image.topics.items())
+    image.topics.clear()
+    image.topics.update(topics)
+    for topic in image.topics.values():
+        partitions = sorted(topic.partitions.items())
+        topic.partitions.clear()
+        topic.partitions.update(partitions)
+    names = sorted(image.topic_ids.items(), key=lambda item: item[1])
+    image.topic_ids.clear()
+    image.topic_ids.update(names)
+
+
+class _Step:
+    """One shard over one batch of its events: replays records, decides requests, collects rows."""
+
+    def __init__(self, shard: int, shards: int, state: ShardState, config: Mapping[str, str]):
+        self.shard, self.shards, self.state, self.config = shard, shards, state, config
+        self.image = state.image
+        self.out = _Collector()
+        self.names = {tid: t.name for tid, t in self.image.topics.items()}  # kept after removal, for history
+        self.latest_partitions: dict[tuple[str, int], tuple[int, str, PartitionRegistration | None]] = {}
+        self.latest_brokers: dict[int, tuple[dict, BrokerRegistration | None]] = {}
+        self.unordered = True  # topics or partitions may be out of canonical order (until the first request)
+
+    def owns(self, topic_id: str) -> bool:
+        return shard_of_topic(topic_id, self.shards) == self.shard
+
+    def event(self, event: dict) -> None:
+        if registry()[event["type"]].kind == "request":
+            self.request(event)
+            return
+        self.state.in_term = False  # a record another controller wrote: its term, not ours
+        self.apply(event, event, reporter=event["type"] in TOPIC_SCOPED or self.shard == 0)
+
+    def apply(self, event: dict, cause: dict, reporter: bool) -> None:
+        """Replay one record (read from the log, or generated for ``cause``) and collect its rows."""
+        out = self.out
+        result = replay(self.image, event)
+        if result.rejected is not None and reporter:
+            out.add("rejected", "append", cause["offset"], rejected_row(event, result.rejected))
+        for offset, type_, reason in result.deferred_rejections:
+            # held records were routed like any other: the topic's shard reports its own, shard 0 the rest
+            if type_ in TOPIC_SCOPED or self.shard == 0:
+                out.add("rejected", "append", offset, rejected_row(event, reason, offset, type_))
+        if event["type"] == "TopicRecord" and result.rejected is None:
+            self.names[event["data"]["TopicId"]] = event["data"]["Name"]  # one name, not all (O(topics²))
+        elif event["type"] in MARKERS:  # a transaction's held records, topics among them, applied at once
+            self.names.update((tid, t.name) for tid, t in self.image.topics.items())
+        if event["type"] in ("TopicRecord", "PartitionRecord") or event["type"] in MARKERS:
+            self.unordered = True
+        history_event = event if cause is event else {**event, "type": cause["type"]}
+        for before, after in result.partition_changes:
+            current = after if after is not None else before
+            topic = self.names.get(current.topic_id, "")
+            out.add("partition_history", "append", cause["offset"],
+                    history_row(topic, history_event, before, after))
+            self.latest_partitions[(current.topic_id, current.partition_id)] = (cause["offset"], topic, after)
+        if self.shard == 0:
+            for before, after in result.broker_changes:
+                self.latest_brokers[(after or before).id] = (event, after)
+
+    def request(self, request: dict) -> None:
+        """Decide a request as Kafka's controller would: first fence the brokers whose sessions expired
+        by the request's event time, then a leader-imbalance check if one is due, then the decision;
+        all their records are replayed and logged."""
+        state = self.state
+        self.logged = 0  # the request's records in controller_log so far: their seq
+        if self.unordered:
+            _canonical_order(self.image)
+            self.unordered = False
+        if not state.in_term:
+            take_over(self.image, state.controller, request["timestamp"])
+            state.in_term = True
+        ctx = Context(now_ms=request["timestamp"], offset=request["offset"], config=self.config, owns=self.owns)
+        self.generated(request, expire_sessions(self.image, state.controller, ctx))
+        if due_leader_balance(state.controller, self.config, ctx.now_ms):
+            self.generated(request, balance_partition_leaders(self.image, ctx))
+        decision = decide(self.image, state.controller, request, ctx)
+        if decision is None:
+            if self.shard == 0:
+                self.out.add("rejected", "append", request["offset"],
+                             rejected_row(request, f"the controller does not decide {request['type']} yet"))
+            return
+        self.generated(request, decision.records)
+        self.out.add("responses", "response", request["offset"],
+                     {**response_row(request, decision.response), "shard": self.shard})
+
+    def generated(self, request: dict, records: list[dict]) -> None:
+        """Records a decision made: partition records stay with their topic's shard; every other record
+        is replayed by every shard (they all decided it alike) and logged by shard 0."""
+        for record in records:
+            topic_id = record["data"].get(TOPIC_SCOPED.get(record["type"], ""))
+            if topic_id is not None and not self.owns(topic_id):
+                continue
+            logged = topic_id is not None or self.shard == 0
+            event = {**record, "offset": request["offset"], "leader_epoch": request["leader_epoch"],
+                     "timestamp": request["timestamp"], "source": None, "position": None}
+            self.apply(event, request, reporter=logged)
+            if logged:
+                # seq: the record's place among the request's records on this shard, whatever the batch
+                self.out.add("controller_log", "append", request["offset"],
+                             {**event, "shard": self.shard, "seq": self.logged})
+                self.logged += 1
+
+    def finish(self, topics_before: dict, configs_before: dict) -> list[Output]:
+        out, image, shard = self.out, self.image, self.shard
+        # state tables need only each key's last state of the step: one row per key, not one per event
+        for (topic_id, partition_id), (offset, topic, after) in self.latest_partitions.items():
+            if after is None:
+                out.add("partitions", "delete", offset, {"topic_id": topic_id, "partition": partition_id})
+            else:
+                out.add("partitions", "upsert", offset, partition_row(topic, after))
+        for broker_id, (event, after) in self.latest_brokers.items():
+            if after is None:
+                out.add("brokers", "delete", event["offset"], {"broker_id": broker_id})
+            else:
+                out.add("brokers", "upsert", event["offset"], broker_row(after, event))
+        last = self.state.last_offset
+        topics_after = _topics_snapshot(image)
+        for tid in sorted(topics_before.keys() | topics_after.keys()):
+            if topics_before.get(tid) == topics_after.get(tid) or not self.owns(tid):
+                continue
+            if tid in topics_after:
+                name, count = topics_after[tid]
+                out.add("topics", "upsert", last, {"topic_id": tid, "name": name, "partitions": count})
+            else:
+                out.add("topics", "delete", last, {"topic_id": tid})
+        if shard == 0:
+            for key in sorted(configs_before.keys() | image.configs.keys()):
+                old, new = configs_before.get(key, {}), image.configs.get(key, {})
+                for name in sorted(old.keys() | new.keys()):
+                    row = {"resource_type": key[0], "resource_name": key[1], "name": name}
+                    if name not in new:
+                        out.add("configs", "delete", last, row)
+                    elif old.get(name) != new[name]:
+                        out.add("configs", "upsert", last, {**row, "value": new[name]})
+        return out.rows
+
+
+def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
+         config: Mapping[str, str] | None = None) -> list[Output]:
+    """Replay this shard's records and decide its requests, in offset order; the warehouse's rows.
+
+    Events at or below the state's last offset were applied already (a micro-batch that Spark
+    re-runs after a failure) and are skipped, which keeps the step idempotent on its own.
+    ``config`` holds the Kafka configs decisions read (``broker.session.timeout.ms``, ...).
+    """
+    with gc_paused():
+        image = state.image
+        topics_before = _topics_snapshot(image)
+        configs_before = {k: dict(v) for k, v in image.configs.items()} if shard == 0 else {}
+        work = _Step(shard, shards, state, config or {})
+        for event in sorted(events, key=lambda e: e["offset"]):
+            if event["offset"] <= state.last_offset:
+                continue
+            state.last_offset = event["offset"]
+            work.event(event)
+        return work.finish(topics_before, configs_before)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside: a step allocates a few objects per event (rows,
+    registrations) that all live until its end, and the collector, triggered every 700 allocations,
+    would walk the whole image again and again (a third of a step's time, measured; ADR 0004).
+    Reference counting still frees everything acyclic; the collector resumes afterwards."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def response_row(request: dict, response: dict) -> dict:
+    data = response["data"]
+    error_code = data.get("ErrorCode")
+    return {"offset": request["offset"], "timestamp": request["timestamp"], "request_type": request["type"],
+            "request_version": request["version"], "type": response["type"], "version": response["version"],
+            "error_code": error_code, "error_name": error_name(error_code),
+            "error_message": data.get("ErrorMessage"), "data": data}
+
+
+KEYS = {"partitions": ("topic_id", "partition"), "brokers": ("broker_id",), "topics": ("topic_id",),
+        "configs": ("resource_type", "resource_name", "name")}
+
+
+def merged_responses(outputs: Iterable[Output]) -> list[dict]:
+    """One ``responses`` row per request: the shards' answers merged in shard order."""
+    by_request: dict[int, list[dict]] = {}
+    for o in outputs:
+        if o.op == "response":
+            by_request.setdefault(o.offset, []).append(o.row)
+    rows = []
+    for offset in sorted(by_request):
+        parts = sorted(by_request[offset], key=lambda r: r["shard"])
+        first = {k: v for k, v in parts[0].items() if k != "shard"}
+        rows.append({**first, "data": merge_responses([p["data"] for p in parts])})
+    return rows
+
+
+def apply_outputs(tables: dict[str, dict], outputs: Iterable[Output]) -> None:
+    """Fold outputs into in-memory tables (keyed rows for state, lists for appends), in order."""
+    outputs = list(outputs)
+    responses = merged_responses(outputs)
+    if responses:
+        tables.setdefault("responses", []).extend(responses)
+    for o in sorted(outputs, key=lambda o: (o.offset, o.seq)):
+        if o.op == "response":
+            continue
+        if o.op == "append":
+            tables.setdefault(o.table, []).append(o.row)
+            continue
+        key = tuple(o.row[k] for k in KEYS[o.table])
+        rows = tables.setdefault(o.table, {})
+        if o.op == "delete":
+            rows.pop(key, None)
+        else:
+            rows[key] = o.row
+
+
+def replay_log(events: Iterable[dict], shards: int, config: Mapping[str, str] | None = None
+               ) -> tuple[dict[str, dict | list], list[ShardState]]:
+    """The whole pipeline in-process: route, step every shard, fold the outputs into tables."""
+    states = [ShardState(ClusterImage()) for _ in range(shards)]
+    per_shard: list[list[dict]] = [[] for _ in range(shards)]
+    for event in events:
+        for shard in routes(event, shards):
+            per_shard[shard].append(event)
+    tables: dict[str, dict | list] = {}
+    outputs: list[Output] = []
+    for shard in range(shards):
+        outputs.extend(step(shard, shards, states[shard], per_shard[shard], config))
+    apply_outputs(tables, outputs)
+    return tables, states
+
+
+def iter_rows(table: dict | list) -> Iterator[dict]:
+    return iter(table.values() if isinstance(table, dict) else table)

@@ -1,0 +1,918 @@
+"""The metadata quorum's per-node Raft state machine (KIP-595), sans-IO.
+
+``RaftNode`` is a pure state machine in the style of h11: it never reads a clock, never sleeps and
+never touches a socket.  The caller feeds it events with their event time and sends what it returns::
+
+    node = RaftNode(1, voters=[1, 2, 3], config=RaftConfig(cluster_id="c"))
+    out = node.tick(now_ms)                 # timers: election timeout, fetch timeout, check quorum
+    out = node.handle(message, now_ms)      # a request or a response addressed to this node
+    offset = node.append(value, now_ms)     # leader only: append a record in the current epoch
+    out = node.resign(now_ms)               # leader only: graceful resignation (EndQuorumEpoch)
+
+A message is ``{"type": <Kafka RPC name>, "source": id, "destination": id, "data": {...}}``.  ``data``
+holds the partition-level fields of the ``__cluster_metadata`` partition under Kafka's names
+(``CandidateEpoch``, ``CandidateId``, ``LastOffsetEpoch``, ``LastOffset``, ``FetchOffset``,
+``LastFetchedEpoch``, ``CurrentLeaderEpoch``, ``DivergingEpoch``, ``HighWatermark`` ...) plus the
+request-level ones (``ClusterId``, ``ReplicaId``): there is one partition, so the Topics/Partitions
+nesting of the wire format is flattened away.  Error codes are Kafka's (``schemas/error-codes.json``).
+
+The rules follow Kafka's ``raft`` module, class by class (read for the facts, not copied):
+``QuorumState`` / ``EpochState`` (the six states and their transitions), ``KafkaRaftClient``
+(request validation order, vote granting, election backoff, EndQuorumEpoch successors),
+``LeaderState.maybeUpdateHighWatermark`` (majority, epoch start offset, monotonic),
+``ReplicatedLog.validateOffsetAndEpoch`` / ``truncateToEndOffset`` (divergence and truncation).
+All randomness (election timeout jitter, backoff) comes from a RNG seeded by (config.seed, node id), so
+the same inputs always give the same outputs.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, NamedTuple
+
+from kraftlake.metadata.schemas import error_code
+
+UNATTACHED = "unattached"
+VOTED = "voted"
+CANDIDATE = "candidate"
+LEADER = "leader"
+FOLLOWER = "follower"
+RESIGNED = "resigned"
+
+NO_LEADER = -1
+NO_DIRECTORY = "AAAAAAAAAAAAAAAAAAAAAA"  # Uuid.ZERO_UUID: replica directories (KIP-853) are not modelled
+# KafkaRaftClient.RETRY_BACKOFF_BASE_MS: the unit of the election backoffs.
+RETRY_BACKOFF_BASE_MS = 100
+
+NONE = error_code("NONE")
+FENCED_LEADER_EPOCH = error_code("FENCED_LEADER_EPOCH")
+UNKNOWN_LEADER_EPOCH = error_code("UNKNOWN_LEADER_EPOCH")
+NOT_LEADER_OR_FOLLOWER = error_code("NOT_LEADER_OR_FOLLOWER")
+INCONSISTENT_CLUSTER_ID = error_code("INCONSISTENT_CLUSTER_ID")
+INCONSISTENT_VOTER_SET = error_code("INCONSISTENT_VOTER_SET")
+INVALID_REQUEST = error_code("INVALID_REQUEST")
+
+_CONFIG_KEYS = {
+    # field: the Kafka config name (`controller.quorum.*`); the seed's `quorum.*` spelling is accepted too.
+    "election_timeout_ms": "controller.quorum.election.timeout.ms",
+    "election_jitter_max_ms": "controller.quorum.election.jitter.max.ms",
+    "election_backoff_max_ms": "controller.quorum.election.backoff.max.ms",
+    "fetch_timeout_ms": "controller.quorum.fetch.timeout.ms",
+    "request_timeout_ms": "controller.quorum.request.timeout.ms",
+    "retry_backoff_ms": "controller.quorum.retry.backoff.ms",
+    "append_interval_ms": "metadata.max.idle.interval.ms",
+    # not Kafka configs: how the sans-IO node stands in for the long poll, and the checker's test hook
+    "fetch_interval_ms": "kraftlake.quorum.fetch.interval.ms",
+    "fetch_max_records": "kraftlake.quorum.fetch.max.records",
+    "unsafe_grant_any_vote": "kraftlake.quorum.unsafe.grant.any.vote",
+}
+# The RaftConfig fields a ReplicaStartup records (Kafka's configs), so that a replay runs the same node.
+KAFKA_CONFIG_FIELDS = ("election_timeout_ms", "election_jitter_max_ms", "election_backoff_max_ms", "fetch_timeout_ms",
+                       "request_timeout_ms", "retry_backoff_ms", "append_interval_ms")
+
+
+@dataclass(frozen=True)
+class RaftConfig:
+    election_timeout_ms: int = 1000
+    # Kafka draws the election timeout uniformly from [T, 2T): the jitter defaults to T.
+    election_jitter_max_ms: int | None = None
+    election_backoff_max_ms: int = 1000
+    fetch_timeout_ms: int = 2000
+    request_timeout_ms: int = 2000
+    retry_backoff_ms: int = 20
+    # How long a follower waits to fetch again after an empty fetch: stands in for the leader holding
+    # the fetch (Kafka's long poll, MaxWaitMs), which a sans-IO node cannot do.
+    fetch_interval_ms: int = 50
+    fetch_max_records: int = 100
+    check_quorum_timeout_factor: float = 1.5
+    # The active controller appends a NoOpRecord this often (Kafka's metadata.max.idle.interval.ms, 500 by
+    # default), so that the high watermark moves and followers see a live leader; None: no such appends.
+    append_interval_ms: int | None = None
+    cluster_id: str | None = None
+    seed: int = 0
+    # Test hook for the simulator's checker: break "one vote per epoch" on purpose.
+    unsafe_grant_any_vote: bool = False
+
+    @property
+    def jitter_ms(self) -> int:
+        return self.election_timeout_ms if self.election_jitter_max_ms is None else self.election_jitter_max_ms
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str], **overrides: Any) -> RaftConfig:
+        values: dict[str, Any] = {}
+        for name, key in _CONFIG_KEYS.items():
+            for k in (key, key.removeprefix("controller.")):
+                if k in props:
+                    values[name] = props[k].lower() == "true" if name == "unsafe_grant_any_vote" else int(props[k])
+        values.update(overrides)
+        return cls(**values)
+
+    def kafka_configs(self) -> dict[str, str]:
+        """The Kafka configs this node runs with, by Kafka's names (what a ReplicaStartup records)."""
+        values = {name: getattr(self, name) for name in KAFKA_CONFIG_FIELDS}
+        values.update(election_jitter_max_ms=self.jitter_ms, append_interval_ms=self.append_interval_ms or 0)
+        return {_CONFIG_KEYS[name]: str(v) for name, v in values.items()}
+
+
+class LogEntry(NamedTuple):
+    epoch: int
+    value: Any
+
+
+class RaftLog:
+    """The replicated log as Raft sees it: entries with their leader epoch, offsets from 0 (no snapshots)."""
+
+    def __init__(self, entries: Iterable[LogEntry] = ()) -> None:
+        self.entries: list[LogEntry] = [LogEntry(*e) for e in entries]
+
+    @property
+    def end_offset(self) -> int:
+        return len(self.entries)
+
+    @property
+    def last_epoch(self) -> int:
+        return self.entries[-1].epoch if self.entries else 0
+
+    def epoch_at(self, offset: int) -> int:
+        return self.entries[offset].epoch
+
+    def append(self, epoch: int, value: Any) -> int:
+        if epoch < self.last_epoch:
+            raise ValueError(f"append in epoch {epoch} after epoch {self.last_epoch}")
+        self.entries.append(LogEntry(epoch, value))
+        return len(self.entries) - 1
+
+    def truncate_to(self, offset: int) -> None:
+        del self.entries[offset:]
+
+    def latest_voters(self) -> tuple[tuple[int, ...], int] | None:
+        """The voter set of the last VotersRecord in the log and its offset: a voter change takes effect
+        when it is appended, committed or not (KIP-853's rule, which the seed's AlterQuorum shares)."""
+        for offset in range(len(self.entries) - 1, -1, -1):
+            value = self.entries[offset].value
+            if isinstance(value, dict) and value.get("type") == "VotersRecord":
+                return tuple(sorted(v["VoterId"] for v in value["data"]["Voters"])), offset
+        return None
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) of the largest epoch <= ``epoch`` in the log (the leader epoch cache's
+        ``endOffsetFor``): its end is where the next epoch starts, or the log end for the last epoch.
+        With no epoch <= ``epoch`` it is (epoch, start of the first epoch); an empty log gives (0, 0)."""
+        if not self.entries:
+            return 0, 0
+        floor_epoch = None
+        for offset, entry in enumerate(self.entries):
+            if entry.epoch > epoch:
+                return (epoch, offset) if floor_epoch is None else (floor_epoch, offset)
+            floor_epoch = entry.epoch
+        return floor_epoch, self.end_offset  # type: ignore[return-value]
+
+    def validate_offset_and_epoch(self, offset: int, epoch: int) -> tuple[bool, int, int]:
+        """``ReplicatedLog.validateOffsetAndEpoch``: (valid, epoch, offset); when not valid, the
+        diverging epoch and the end offset the fetcher must truncate to."""
+        if offset == 0:
+            return True, 0, 0
+        end_epoch, end = self.end_offset_for_epoch(epoch)
+        if end_epoch != epoch or end < offset:
+            return False, end_epoch, end
+        return True, epoch, offset
+
+    def truncate_to_end_offset(self, epoch: int, end_offset: int) -> int:
+        """``ReplicatedLog.truncateToEndOffset``: the follower's side of a DivergingEpoch."""
+        if epoch == 0:
+            truncation = min(end_offset, self.end_offset)
+        else:
+            local_epoch, local_end = self.end_offset_for_epoch(epoch)
+            truncation = min(local_end, end_offset) if local_epoch == epoch else local_end
+        self.truncate_to(truncation)
+        return truncation
+
+
+def message(type_: str, source: int, destination: int, **data: Any) -> dict:
+    return {"type": type_, "source": source, "destination": destination, "data": data}
+
+
+def record(type_: str, data: dict, timestamp: int) -> dict:
+    """A log entry's value: a record with every field of its version 0, and its append time (which a
+    Kafka batch keeps, and which tells apart two entries of one epoch)."""
+    return {"type": type_, "data": data, "timestamp": timestamp}
+
+
+def voters_record(voters: Iterable[int], timestamp: int) -> dict:
+    """A VotersRecord control record (KIP-853's layout; directory ids and endpoints are not modelled)."""
+    return record("VotersRecord", {"Version": 0, "Voters": [
+        {"VoterId": v, "VoterDirectoryId": NO_DIRECTORY, "Endpoints": [],
+         "KRaftVersionFeature": {"MinSupportedVersion": 0, "MaxSupportedVersion": 1}} for v in sorted(voters)]},
+        timestamp)
+
+
+@dataclass
+class ReplicaProgress:
+    """What the leader knows of a replica (``LeaderState.ReplicaState``)."""
+
+    end_offset: int | None = None
+    last_fetch_ms: int = -1
+    last_caught_up_ms: int = -1
+    acknowledged: bool = False
+
+
+@dataclass
+class RaftNode:
+    node_id: int
+    voters: tuple[int, ...]
+    config: RaftConfig = field(default_factory=RaftConfig)
+    log: RaftLog = field(default_factory=RaftLog)
+    epoch: int = 0
+    voted_for: int | None = None
+    leader_id: int = NO_LEADER
+    state: str = UNATTACHED
+    high_watermark: int = 0
+    events: list[dict] = field(default_factory=list)
+    # The seed's AlterQuorum: the voter set the leader is moving to, one voter at a time (None: no change).
+    target_voters: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        self.voters = tuple(sorted(self.voters))
+        self.bootstrap_voters = self.voters  # before any VotersRecord (Kafka: controller.quorum.voters)
+        self._refresh_voters()
+        self._rng = random.Random(f"{self.config.seed}:{self.node_id}")
+        self._deadline: int | None = None  # election timeout / fetch timeout / check quorum
+        self._backoff_until: int | None = None  # candidate backing off before the next epoch
+        self._retries = 0
+        self._granted: set[int] = set()
+        self._rejected: set[int] = set()
+        self._epoch_start_offset = 0
+        self._progress: dict[int, ReplicaProgress] = {}
+        self._check_quorum_fetchers: set[int] = set()
+        self._next_begin_ms = 0
+        self._next_fetch_ms: int | None = None
+        self._preferred_successors: tuple[int, ...] = ()
+        self._started = False
+        self._cid = 0  # the last CorrelationId used
+        self._fetch_cid: int | None = None  # the fetch in flight
+        self._incoming_cid: int | None = None
+        self._next_append_ms: int | None = None
+
+    # ------------------------------------------------------------------ construction / durable state
+    @classmethod
+    def restore(cls, node_id: int, voters: Iterable[int], config: RaftConfig, log: RaftLog,
+                durable: Mapping[str, Any], now_ms: int) -> RaftNode:
+        """A node restarting from its ``quorum-state`` (epoch, voted id, leader id) and its log, like
+        ``QuorumState.initialize``: a former leader comes back resigned, a voter that voted comes back
+        voted, a follower comes back following."""
+        node = cls(node_id, tuple(voters), config, log, epoch=durable.get("epoch", 0))  # voters: the bootstrap set
+        node._started = True
+        leader = durable.get("leader_id", NO_LEADER)
+        voted = durable.get("voted_for")
+        node.voted_for = voted  # a vote survives the restart, whatever the state
+        if leader == node_id:
+            node._become_resigned(now_ms, ())
+            node.leader_id = node_id
+        elif leader != NO_LEADER:
+            node._become_follower(leader, node.epoch, now_ms)
+        elif voted is not None:
+            node.voted_for = voted
+            node.state = VOTED
+            node._deadline = now_ms + node._election_timeout()
+        else:
+            node._become_unattached(node.epoch, now_ms)
+        return node
+
+    # Private fields that are plain values, saved as they are by ``to_dict``.
+    _SCALARS = ("_deadline", "_backoff_until", "_retries", "_epoch_start_offset", "_next_begin_ms", "_next_fetch_ms",
+                "_started", "_cid", "_fetch_cid", "_next_append_ms")
+
+    def to_dict(self) -> dict:
+        """The whole node, durable and soft state, as JSON-able values: the streaming job keeps one per
+        replica in its state store, so a restarted query goes on exactly where it stopped. ``events``
+        are not part of it (the driver drains them)."""
+        version, internal, gauss = self._rng.getstate()
+        return {
+            "node_id": self.node_id, "bootstrap_voters": list(self.bootstrap_voters),
+            "log": [[e.epoch, e.value] for e in self.log.entries], "epoch": self.epoch,
+            "voted_for": self.voted_for, "leader_id": self.leader_id, "state": self.state,
+            "high_watermark": self.high_watermark,
+            "target_voters": None if self.target_voters is None else list(self.target_voters),
+            "rng": [version, list(internal), gauss],
+            "granted": sorted(self._granted), "rejected": sorted(self._rejected),
+            "check_quorum_fetchers": sorted(self._check_quorum_fetchers),
+            "preferred_successors": list(self._preferred_successors),
+            "progress": [[r, p.end_offset, p.last_fetch_ms, p.last_caught_up_ms, p.acknowledged]
+                         for r, p in sorted(self._progress.items())],
+            **{name: getattr(self, name) for name in self._SCALARS},
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], config: RaftConfig) -> RaftNode:
+        node = cls(d["node_id"], tuple(d["bootstrap_voters"]), config, RaftLog(LogEntry(*e) for e in d["log"]),
+                   epoch=d["epoch"], voted_for=d["voted_for"], leader_id=d["leader_id"], state=d["state"],
+                   high_watermark=d["high_watermark"],
+                   target_voters=None if d["target_voters"] is None else tuple(d["target_voters"]))
+        version, internal, gauss = d["rng"]
+        node._rng.setstate((version, tuple(internal), gauss))
+        node._granted, node._rejected = set(d["granted"]), set(d["rejected"])
+        node._check_quorum_fetchers = set(d["check_quorum_fetchers"])
+        node._preferred_successors = tuple(d["preferred_successors"])
+        node._progress = {r: ReplicaProgress(end, fetch, caught_up, ack) for r, end, fetch, caught_up, ack in d["progress"]}
+        for name in cls._SCALARS:
+            setattr(node, name, d[name])
+        return node
+
+    def durable_state(self) -> dict:
+        """What Kafka writes to the ``quorum-state`` file (and the log, separately)."""
+        return {"epoch": self.epoch, "voted_for": self.voted_for, "leader_id": self.leader_id}
+
+    # ------------------------------------------------------------------------------------- queries
+    @property
+    def is_voter(self) -> bool:
+        return self.node_id in self.voters
+
+    @property
+    def majority(self) -> int:
+        return len(self.voters) // 2 + 1
+
+    def next_deadline(self) -> int | None:
+        """The earliest event time at which ``tick`` does something: exact, so that a driver can tick a
+        node at its deadlines only and get the same run as one that ticks it all the time."""
+        if not self._started:
+            return None
+        s = self.state
+        if s == CANDIDATE:
+            timers = (self._backoff_until,) if self._backoff_until is not None else (self._deadline, self._next_fetch_ms)
+        elif s == FOLLOWER:
+            timers = (self._deadline, self._next_fetch_ms)
+        elif s == LEADER:
+            timers = (self._deadline, self._next_append_ms,
+                      self._next_begin_ms if self._unacknowledged() else None)
+        else:  # unattached, voted, resigned: a voter stands for election, an observer looks for the leader
+            timers = (self._deadline,) if self.is_voter else (self._next_fetch_ms,) if self.voters else ()
+        times = [t for t in timers if t is not None]
+        return min(times) if times else None
+
+    def replica_progress(self) -> dict[int, ReplicaProgress]:
+        return dict(self._progress)
+
+    # ----------------------------------------------------------------------------------- the API
+    def tick(self, now_ms: int) -> list[dict]:
+        out: list[dict] = []
+        if not self._started:
+            self._started = True
+            self._become_unattached(self.epoch, now_ms)
+        self._poll(now_ms, out)
+        return self._finish(out, None)
+
+    def handle(self, msg: Mapping[str, Any], now_ms: int) -> list[dict]:
+        if not self._started:
+            self._started = True
+            self._become_unattached(self.epoch, now_ms)
+        out: list[dict] = []
+        handler = getattr(self, "_on_" + msg["type"], None)
+        if handler is None:
+            raise ValueError(f"not a quorum RPC: {msg['type']}")
+        self._incoming_cid = msg.get("correlation_id")
+        handler(msg["source"], msg["data"], now_ms, out)
+        self._poll(now_ms, out)
+        return self._finish(out, self._incoming_cid)
+
+    def _finish(self, out: list[dict], request_cid: int | None) -> list[dict]:
+        """Request headers: a fresh CorrelationId on every request we send, and the request's on our
+        replies, so that a response can be matched to the one request still in flight (Kafka drops the
+        others, e.g. the answer to a fetch that timed out and was sent again)."""
+        for m in out:
+            if m["type"].endswith("Request"):
+                self._cid += 1
+                m["correlation_id"] = self._cid
+                if m["type"] == "FetchRequest":
+                    self._fetch_cid = self._cid
+            elif request_cid is not None:
+                m["correlation_id"] = request_cid
+        return out
+
+    def append(self, value: Any, now_ms: int) -> int:
+        if self.state != LEADER:
+            raise ValueError(f"node {self.node_id} is not the leader ({self.state})")
+        offset = self.log.append(self.epoch, value)
+        self._refresh_voters()
+        self._maybe_update_high_watermark(now_ms)
+        return offset
+
+    def _refresh_voters(self) -> None:
+        latest = self.log.latest_voters()
+        self.voters = latest[0] if latest is not None else self.bootstrap_voters
+
+    def resign(self, now_ms: int) -> list[dict]:
+        """Graceful shutdown of the leader: EndQuorumEpoch to the voters, with the preferred successors
+        ordered by descending fetch offset (``LeaderState.nonLeaderVotersByDescendingFetchOffset``)."""
+        if self.state != LEADER:
+            return []
+        others = [v for v in self.voters if v != self.node_id]
+        successors = sorted(others, key=lambda v: (-(self._progress[v].end_offset or -1), v))
+        out: list[dict] = []
+        self._become_resigned(now_ms, tuple(successors), out)
+        return out
+
+    # ---------------------------------------------------------------------------------- timers
+    def _election_timeout(self) -> int:
+        jitter = self.config.jitter_ms
+        return self.config.election_timeout_ms + (self._rng.randrange(jitter) if jitter > 0 else 0)
+
+    def _binary_exponential_backoff(self) -> int:
+        # KafkaRaftClient.binaryExponentialElectionBackoffMs
+        return min(RETRY_BACKOFF_BASE_MS * self._rng.randrange(2 << min(20, self._retries - 1)),
+                   self.config.election_backoff_max_ms)
+
+    def _strict_exponential_backoff(self, position: int, total: int) -> int:
+        # KafkaRaftClient.endEpochElectionBackoff / strictExponentialElectionBackoffMs: the first
+        # successor (and, as in Kafka, a voter not in the list: indexOf -1) stands at once; the one at
+        # position p waits (backoff max >> (n - 1)) << (p - 1)
+        if position <= 0:
+            return 0
+        base = self.config.election_backoff_max_ms >> (total - 1)
+        return min(self.config.election_backoff_max_ms, base << (position - 1))
+
+    def _poll(self, now: int, out: list[dict]) -> None:
+        for _ in range(4):  # a transition may arm a timer that is already due (backoff 0)
+            before = (self.state, self.epoch, self._backoff_until)
+            self._poll_once(now, out)
+            if (self.state, self.epoch, self._backoff_until) == before:
+                return
+
+    def _poll_once(self, now: int, out: list[dict]) -> None:
+        s = self.state
+        if s == LEADER:
+            if self._deadline is not None and now >= self._deadline:
+                # check quorum: no fetch from a majority within the fetch timeout -> zombie leader
+                self.note(now, "zombie_leader_detected")
+                self._become_resigned(now, (), out)
+                return
+            if self._next_append_ms is not None and now >= self._next_append_ms:
+                self.log.append(self.epoch, record("NoOpRecord", {}, now))
+                self._next_append_ms = now + self.config.append_interval_ms
+                self._maybe_update_high_watermark(now)
+            self._maybe_change_voters(now, out)
+            if self.state != LEADER:
+                return
+            if now >= self._next_begin_ms and self._unacknowledged():
+                for v in self._unacknowledged():
+                    out.append(message("BeginQuorumEpochRequest", self.node_id, v, ClusterId=self.config.cluster_id,
+                                       VoterId=v, LeaderId=self.node_id, LeaderEpoch=self.epoch))
+                self._next_begin_ms = now + self.config.retry_backoff_ms
+        elif s == CANDIDATE:
+            if self._backoff_until is not None:
+                if now >= self._backoff_until:
+                    self._become_candidate(now, out)
+            elif self._deadline is not None and now >= self._deadline:
+                self._backoff_until = now + self._binary_exponential_backoff()
+                self._deadline = self._next_fetch_ms = None
+                self.note(now, "election_timeout")
+            elif self._next_fetch_ms is not None and now >= self._next_fetch_ms:
+                # no answer within the request timeout: ask again (Kafka resends to unrecorded voters)
+                self._send_vote_requests(out, [v for v in self.voters if v not in self._granted | self._rejected])
+                self._next_fetch_ms = now + self.config.request_timeout_ms
+        elif s == FOLLOWER:
+            if self._deadline is not None and now >= self._deadline:
+                if self.is_voter:
+                    self.note(now, "fetch_timeout")
+                    self._become_candidate(now, out)
+                else:
+                    self._become_unattached(self.epoch, now)
+                return
+            if self._next_fetch_ms is not None and now >= self._next_fetch_ms:
+                out.append(message("FetchRequest", self.node_id, self.leader_id, ClusterId=self.config.cluster_id,
+                                   ReplicaId=self.node_id, CurrentLeaderEpoch=self.epoch,
+                                   FetchOffset=self.log.end_offset, LastFetchedEpoch=self.log.last_epoch))
+                self._next_fetch_ms = now + self.config.request_timeout_ms
+        elif s in (UNATTACHED, VOTED, RESIGNED):
+            if self.is_voter and self._deadline is not None and now >= self._deadline:
+                self._become_candidate(now, out)
+            elif not self.is_voter and self._next_fetch_ms is not None and now >= self._next_fetch_ms and self.voters:
+                # an observer finds the leader by fetching from any voter (Kafka: the bootstrap servers);
+                # the error response's CurrentLeader names the leader
+                target = self.voters[self._rng.randrange(len(self.voters))]
+                out.append(message("FetchRequest", self.node_id, target, ClusterId=self.config.cluster_id,
+                                   ReplicaId=self.node_id, CurrentLeaderEpoch=self.epoch,
+                                   FetchOffset=self.log.end_offset, LastFetchedEpoch=self.log.last_epoch))
+                self._next_fetch_ms = now + self.config.request_timeout_ms
+
+    # ----------------------------------------------------------------------------- transitions
+    def note(self, now: int, kind: str, **detail: Any) -> None:
+        """Record something worth telling an operator (``quorum_events``)."""
+        self.events.append({"time_ms": now, "node_id": self.node_id, "event": kind, "epoch": self.epoch,
+                            "state": self.state, **detail})
+
+    def _reset(self) -> None:
+        self._deadline = self._backoff_until = self._next_fetch_ms = None
+        self._fetch_cid = None
+        self._granted, self._rejected = set(), set()
+        self._progress = {}
+        self._check_quorum_fetchers = set()
+        self._preferred_successors = ()
+        self._next_append_ms = None
+
+    def _enter(self, state: str, leader: int, epoch: int, now: int) -> None:
+        """Unattached or following in ``epoch``: a leader that learns of a later epoch steps down, and a
+        later epoch forgets the vote of the old one."""
+        if self.state == LEADER and epoch > self.epoch:
+            self.note(now, "leader_step_down", new_epoch=epoch)
+        self._reset()
+        if epoch > self.epoch:
+            self.voted_for = None
+        self.epoch, self.state, self.leader_id = epoch, state, leader
+        self._retries = 0
+
+    def _become_unattached(self, epoch: int, now: int) -> None:
+        self._enter(UNATTACHED, NO_LEADER, epoch, now)
+        self._deadline = now + self._election_timeout()
+        if not self.is_voter:
+            self._next_fetch_ms = now
+
+    def _become_voted(self, candidate: int, now: int) -> None:
+        self._reset()
+        self.state, self.voted_for, self.leader_id = VOTED, candidate, NO_LEADER
+        self._deadline = now + self._election_timeout()
+
+    def _become_follower(self, leader: int, epoch: int, now: int) -> None:
+        self._enter(FOLLOWER, leader, epoch, now)
+        self._deadline = now + self.config.fetch_timeout_ms
+        self._next_fetch_ms = now
+
+    def _become_candidate(self, now: int, out: list[dict]) -> None:
+        retries = self._retries + 1 if self.state == CANDIDATE else 1
+        self._reset()
+        self.epoch += 1
+        self.state, self.voted_for, self.leader_id, self._retries = CANDIDATE, self.node_id, NO_LEADER, retries
+        self._granted = {self.node_id}
+        self._deadline = now + self._election_timeout()
+        self.note(now, "election_started", retries=retries)
+        if len(self._granted) >= self.majority:
+            self._become_leader(now, out)
+            return
+        self._send_vote_requests(out, [v for v in self.voters if v != self.node_id])
+        self._next_fetch_ms = now + self.config.request_timeout_ms  # the candidate's resend timer
+
+    def _send_vote_requests(self, out: list[dict], voters: list[int]) -> None:
+        for v in voters:
+            out.append(message("VoteRequest", self.node_id, v, ClusterId=self.config.cluster_id, VoterId=v,
+                               CandidateEpoch=self.epoch, CandidateId=self.node_id,
+                               LastOffsetEpoch=self.log.last_epoch, LastOffset=self.log.end_offset))
+
+    def _become_leader(self, now: int, out: list[dict]) -> None:
+        granting = sorted(self._granted)
+        self._reset()
+        self.state, self.leader_id = LEADER, self.node_id
+        self._epoch_start_offset = self.log.end_offset
+        self.log.append(self.epoch, record("LeaderChangeMessage", {
+            "Version": 0, "LeaderId": self.node_id, "Voters": [{"VoterId": v, "VoterDirectoryId": NO_DIRECTORY}
+                                                              for v in self.voters],
+            "GrantingVoters": [{"VoterId": v, "VoterDirectoryId": NO_DIRECTORY} for v in granting]}, now))
+        self._progress = {v: ReplicaProgress() for v in self.voters}
+        self._progress[self.node_id] = ReplicaProgress(self.log.end_offset, now, now, True)
+        self._deadline = now + self._check_quorum_timeout() if len(self.voters) > 1 else None
+        self._next_begin_ms = now
+        if self.config.append_interval_ms:
+            self._next_append_ms = now + self.config.append_interval_ms
+        self.note(now, "leader_elected", granting_voters=granting, epoch_start_offset=self._epoch_start_offset)
+        self._maybe_update_high_watermark(now)
+
+    def _become_resigned(self, now: int, successors: tuple[int, ...], out: list[dict] | None = None) -> None:
+        self._reset()
+        self.state, self.leader_id = RESIGNED, self.node_id
+        self._preferred_successors = successors
+        self._deadline = now + self._election_timeout()
+        if not self.is_voter:
+            self._next_fetch_ms = now  # no longer a voter: find the next leader as an observer does
+        self.note(now, "leader_resigned", preferred_successors=list(successors))
+        if out is not None:
+            for v in self.voters:
+                if v != self.node_id:
+                    out.append(message("EndQuorumEpochRequest", self.node_id, v, ClusterId=self.config.cluster_id,
+                                       LeaderId=self.node_id, LeaderEpoch=self.epoch,
+                                       PreferredSuccessors=list(successors)))
+
+    def _unacknowledged(self) -> list[int]:
+        return [v for v, p in sorted(self._progress.items()) if not p.acknowledged and v != self.node_id]
+
+    # ------------------------------------------------------------------------------- validation
+    def _valid_cluster_id(self, cluster_id: str | None) -> bool:
+        # KafkaRaftClient.hasValidClusterId: a request without one (old clients) is accepted
+        return cluster_id is None or self.config.cluster_id is None or cluster_id == self.config.cluster_id
+
+    def _validate_voter_only(self, remote: int, request_epoch: int) -> int:
+        # KafkaRaftClient.validateVoterOnlyRequest
+        if request_epoch < self.epoch:
+            return FENCED_LEADER_EPOCH
+        if remote < 0:
+            return INVALID_REQUEST
+        if not self.is_voter or remote not in self.voters:
+            return INCONSISTENT_VOTER_SET
+        return NONE
+
+    def _validate_leader_only(self, request_epoch: int) -> int:
+        # KafkaRaftClient.validateLeaderOnlyRequest
+        if request_epoch < self.epoch:
+            return FENCED_LEADER_EPOCH
+        if request_epoch > self.epoch:
+            return UNKNOWN_LEADER_EPOCH
+        if self.state != LEADER:
+            return NOT_LEADER_OR_FOLLOWER
+        return NONE
+
+    def _maybe_transition(self, leader: int, epoch: int, now: int) -> None:
+        """A leader announced for ``epoch`` (``KafkaRaftClient.maybeTransition``)."""
+        if epoch > self.epoch or (epoch == self.epoch and self.state in (UNATTACHED, VOTED, CANDIDATE)):
+            if leader == self.node_id:
+                self._become_unattached(epoch, now)
+            else:
+                self._become_follower(leader, epoch, now)
+
+    def _handle_common_response(self, leader: int, epoch: int, now: int) -> bool:
+        """``maybeHandleCommonResponse``: a response from a higher epoch moves us there; True if handled."""
+        if epoch > self.epoch:
+            if leader >= 0 and leader != self.node_id:
+                self._become_follower(leader, epoch, now)
+            else:
+                self._become_unattached(epoch, now)
+            return True
+        if epoch == self.epoch and leader >= 0 and leader != self.node_id and \
+                self.state in (UNATTACHED, VOTED, CANDIDATE):
+            self._become_follower(leader, epoch, now)
+            return True
+        return epoch < self.epoch  # stale: ignore
+
+    def _leader_fields(self) -> dict:
+        # quorum.leaderIdOrSentinel(): a resigned leader still names itself for its epoch
+        return {"LeaderId": self.leader_id, "LeaderEpoch": self.epoch}
+
+    # -------------------------------------------------------------------------------- Vote
+    def _on_VoteRequest(self, src: int, d: Mapping, now: int, out: list[dict]) -> None:
+        def reply(err: int, granted: bool) -> None:
+            out.append(message("VoteResponse", self.node_id, src, ErrorCode=err, VoteGranted=granted,
+                               **self._leader_fields()))
+
+        if not self._valid_cluster_id(d.get("ClusterId")):
+            return reply(INCONSISTENT_CLUSTER_ID, False)
+        candidate, epoch = d["CandidateId"], d["CandidateEpoch"]
+        last_epoch, last_offset = d["LastOffsetEpoch"], d["LastOffset"]
+        if last_offset < 0 or last_epoch < 0 or last_epoch >= epoch:
+            return reply(INVALID_REQUEST, False)
+        err = self._validate_voter_only(candidate, epoch)
+        if err != NONE:
+            return reply(err, False)
+        if epoch > self.epoch:
+            self._become_unattached(epoch, now)
+        up_to_date = (last_epoch, last_offset) >= (self.log.last_epoch, self.log.end_offset)
+        if self.state == UNATTACHED:
+            granted = up_to_date
+        elif self.state == VOTED:
+            granted = self.voted_for == candidate or (self.config.unsafe_grant_any_vote and up_to_date)
+        else:  # candidate (voted for itself), leader, follower, resigned
+            granted = False
+        if granted and self.state in (UNATTACHED, VOTED) and self.voted_for != candidate:
+            self._become_voted(candidate, now)
+        self.note(now, "vote_granted" if granted else "vote_rejected", candidate_id=candidate,
+                    log_up_to_date=up_to_date)
+        reply(NONE, granted)
+
+    def _on_VoteResponse(self, src: int, d: Mapping, now: int, out: list[dict]) -> None:
+        if self._handle_common_response(d["LeaderId"], d["LeaderEpoch"], now):
+            return
+        if d["ErrorCode"] != NONE or self.state != CANDIDATE or d["LeaderEpoch"] != self.epoch:
+            return
+        if d["VoteGranted"]:
+            self._granted.add(src)
+            self._rejected.discard(src)
+            if len(self._granted) >= self.majority:
+                self._become_leader(now, out)
+        else:
+            self._rejected.add(src)
+            if len(self._rejected) >= self.majority and self._backoff_until is None:
+                # rejected by a majority: back off before the next epoch
+                self._backoff_until = now + self._binary_exponential_backoff()
+                self._deadline = self._next_fetch_ms = None
+
+    # ---------------------------------------------------------------------- BeginQuorumEpoch
+    def _on_BeginQuorumEpochRequest(self, src: int, d: Mapping, now: int, out: list[dict]) -> None:
+        def reply(err: int) -> None:
+            out.append(message("BeginQuorumEpochResponse", self.node_id, src, ErrorCode=err,
+                               **self._leader_fields()))
+
+        if not self._valid_cluster_id(d.get("ClusterId")):
+            return reply(INCONSISTENT_CLUSTER_ID)
+        err = self._validate_voter_only(d["LeaderId"], d["LeaderEpoch"])
+        if err != NONE:
+            return reply(err)
+        self._maybe_transition(d["LeaderId"], d["LeaderEpoch"], now)
+        reply(NONE)
+
+    def _on_BeginQuorumEpochResponse(self, src: int, d: Mapping, now: int, out: list[dict]) -> None:
+        if self._handle_common_response(d["LeaderId"], d["LeaderEpoch"], now):
+            return
+        if d["ErrorCode"] == NONE and self.state == LEADER and d["LeaderEpoch"] == self.epoch \
+                and src in self._progress:
+            self._progress[src].acknowledged = True
+
+    # ------------------------------------------------------------------------ EndQuorumEpoch
+    def _on_EndQuorumEpochRequest(self, src: int, d: Mapping, now: int, out: list[dict]) -> None:
+        def reply(err: int) -> None:
+            out.append(message("EndQuorumEpochResponse", self.node_id, src, ErrorCode=err,
+                               **self._leader_fields()))
+
+        if not self._valid_cluster_id(d.get("ClusterId")):
+            return reply(INCONSISTENT_CLUSTER_ID)
+        leader, epoch = d["LeaderId"], d["LeaderEpoch"]
+        err = self._validate_voter_only(leader, epoch)
+        if err != NONE:
+            return reply(err)
+        self._maybe_transition(leader, epoch, now)
+        if self.state == FOLLOWER and self.leader_id == leader and self.epoch == epoch:
+            successors = list(d.get("PreferredSuccessors") or [])
+            position = successors.index(self.node_id) if self.node_id in successors else -1
+            backoff = self._strict_exponential_backoff(position, len(successors))
+            self.note(now, "end_quorum_epoch", leader_id=leader, election_backoff_ms=backoff)
+            self._deadline = now + backoff  # overrideFetchTimeout: stand for election sooner
+        reply(NONE)
+
+    def _on_EndQuorumEpochResponse(self, src: int, d: Mapping, now: int, out: list[dict]) -> None:
+        self._handle_common_response(d["LeaderId"], d["LeaderEpoch"], now)
+
+    # ---------------------------------------------------------------------------------- Fetch
+    def _on_FetchRequest(self, src: int, d: Mapping, now: int, out: list[dict]) -> None:
+        def reply(err: int, **extra: Any) -> None:
+            body = {"ErrorCode": err, "HighWatermark": -1, "DivergingEpoch": {"Epoch": -1, "EndOffset": -1},
+                    "CurrentLeader": self._leader_fields(), "Records": []}
+            body.update(extra)
+            out.append({"type": "FetchResponse", "source": self.node_id, "destination": src, "data": body})
+
+        # KafkaRaftClient.handleFetchRequest's order: cluster id, a malformed request, the leader epoch
+        # (tryCompleteFetchRequest), then the offset/epoch against our log (validateOffsetAndEpoch).
+        if not self._valid_cluster_id(d.get("ClusterId")):
+            return reply(INCONSISTENT_CLUSTER_ID)
+        replica, fetch_offset, last_epoch = d["ReplicaId"], d["FetchOffset"], d["LastFetchedEpoch"]
+        if fetch_offset < 0 or last_epoch < 0 or last_epoch > d["CurrentLeaderEpoch"] or replica == self.node_id:
+            return reply(INVALID_REQUEST)
+        err = self._validate_leader_only(d["CurrentLeaderEpoch"])
+        if err != NONE:
+            return reply(err)
+        valid, div_epoch, div_offset = self.log.validate_offset_and_epoch(fetch_offset, last_epoch)
+        hw = self.high_watermark if self._hw_known() else -1
+        if not valid:
+            self.note(now, "fetch_diverging", replica_id=replica, diverging_epoch=div_epoch,
+                        diverging_end_offset=div_offset)
+            return reply(NONE, HighWatermark=hw, DivergingEpoch={"Epoch": div_epoch, "EndOffset": div_offset})
+        if replica >= 0:
+            self._note_fetch(replica, now)
+            p = self._progress.setdefault(replica, ReplicaProgress())
+            if fetch_offset >= self.log.end_offset:
+                p.last_caught_up_ms = max(p.last_caught_up_ms, now)
+            p.end_offset, p.last_fetch_ms, p.acknowledged = fetch_offset, max(p.last_fetch_ms, now), True
+            if replica in self.voters:
+                self._maybe_update_high_watermark(now)
+        hw = self.high_watermark if self._hw_known() else -1
+        end = min(self.log.end_offset, fetch_offset + self.config.fetch_max_records)
+        records = [{"Offset": o, "Epoch": self.log.entries[o].epoch, "Value": self.log.entries[o].value}
+                   for o in range(fetch_offset, end)]
+        reply(NONE, HighWatermark=hw, Records=records)
+
+    def _note_fetch(self, replica: int, now: int) -> None:
+        # LeaderState.updateCheckQuorumForFollowingVoter: a majority fetching resets the timer
+        if replica not in self.voters or replica == self.node_id:
+            return
+        self._check_quorum_fetchers.add(replica)
+        if len(self._check_quorum_fetchers) + 1 >= self.majority:
+            self._deadline = now + self._check_quorum_timeout()
+            self._check_quorum_fetchers = set()
+
+    def _check_quorum_timeout(self) -> int:
+        # LeaderState.checkQuorumTimer: CHECK_QUORUM_TIMEOUT_FACTOR (1.5) x the fetch timeout, so that
+        # the followers' fetch timeouts fire before the leader gives up
+        return int(self.config.fetch_timeout_ms * self.config.check_quorum_timeout_factor)
+
+    def _hw_known(self) -> bool:
+        return self.state != LEADER or self.high_watermark > self._epoch_start_offset
+
+    def _on_FetchResponse(self, src: int, d: Mapping, now: int, out: list[dict]) -> None:
+        if self._incoming_cid is not None and self._incoming_cid != self._fetch_cid:
+            return  # not the fetch in flight: a duplicate, or the answer to a fetch we gave up on
+        self._fetch_cid = None
+        cur = d["CurrentLeader"]
+        if self._handle_common_response(cur["LeaderId"], cur["LeaderEpoch"], now):
+            return
+        if self.state != FOLLOWER or src != self.leader_id:
+            return
+        if d["ErrorCode"] != NONE:
+            self._next_fetch_ms = now + self.config.retry_backoff_ms
+            return
+        self._deadline = now + self.config.fetch_timeout_ms  # resetFetchTimeoutForSuccessfulFetch
+        div = d["DivergingEpoch"]
+        if div["Epoch"] >= 0:
+            before = self.log.end_offset
+            if div["EndOffset"] < self.high_watermark:
+                self.note(now, "truncation_below_high_watermark", end_offset=div["EndOffset"],
+                            high_watermark=self.high_watermark)
+            truncated = self.log.truncate_to_end_offset(div["Epoch"], div["EndOffset"])
+            self._refresh_voters()
+            self.note(now, "truncation", from_offset=before, to_offset=truncated,
+                        diverging_epoch=div["Epoch"], diverging_end_offset=div["EndOffset"])
+            self._next_fetch_ms = now
+            return
+        records = d["Records"]
+        if records and records[0]["Offset"] == self.log.end_offset:
+            for r in records:
+                self.log.append(r["Epoch"], r["Value"])
+            self._refresh_voters()
+        hw = d["HighWatermark"]
+        if hw >= 0:
+            self.high_watermark = max(self.high_watermark, min(hw, self.log.end_offset))
+        self._next_fetch_ms = now if records else now + self.config.fetch_interval_ms
+
+    # ----------------------------------------------------------------------------- AlterQuorum
+    def _on_AlterQuorumRequest(self, src: int, d: Mapping, now: int, out: list[dict]) -> None:
+        """The seed's AlterQuorum (KIP-595): the leader moves the voter set to ``TargetVoters`` one voter
+        at a time; null, or the current voters, cancels a change in progress (the steps taken stay)."""
+        def reply(err: int) -> None:
+            out.append(message("AlterQuorumResponse", self.node_id, src, ErrorCode=err))
+
+        if self.state != LEADER:
+            return reply(NOT_LEADER_OR_FOLLOWER)
+        target = d.get("TargetVoters")
+        if target is None or tuple(sorted(target)) == self.voters:
+            if self.target_voters is not None:
+                self.note(now, "voter_change_cancelled", target_voters=list(self.target_voters),
+                            voters=list(self.voters))
+            self.target_voters = None
+            return reply(NONE)
+        if len(set(target)) != len(target) or min(target) < 0:
+            return reply(INVALID_REQUEST)
+        self.target_voters = tuple(sorted(target))
+        self.note(now, "voter_change_started", target_voters=list(self.target_voters), voters=list(self.voters))
+        reply(NONE)
+
+    def _maybe_change_voters(self, now: int, out: list[dict]) -> None:
+        """One voter change at a time, each only once the previous one is committed: first add the target
+        voters, each once it has caught up to the high watermark, then remove the others (the leader
+        last). A leader that committed a voter set without itself resigns."""
+        latest = self.log.latest_voters()
+        if latest is not None and latest[1] >= self.high_watermark:
+            return  # the last change is not committed yet
+        if not self.is_voter:
+            self.note(now, "leader_removed_from_voters")
+            others = sorted(self.voters, key=lambda v: (-(self._progress.get(v, ReplicaProgress()).end_offset or -1), v))
+            self._become_resigned(now, tuple(others), out)
+            return
+        target = self.target_voters
+        if target is None:
+            return
+        if target == self.voters:
+            self.target_voters = None
+            self.note(now, "voter_change_completed", voters=list(self.voters))
+            return
+        missing = [v for v in target if v not in self.voters]
+        if missing:  # add before removing: the quorum never shrinks below what it had on the way
+            ready = [v for v in missing if self._progress.get(v) is not None
+                     and (self._progress[v].end_offset or 0) >= self.high_watermark]
+            if not ready:
+                return  # a new voter must catch up first (it fetches as an observer)
+            new, change = tuple(sorted(self.voters + (ready[0],))), {"added": ready[0]}
+        else:
+            extra = min((v for v in self.voters if v not in target), key=lambda v: (v == self.node_id, v))
+            new, change = tuple(v for v in self.voters if v != extra), {"removed": extra}
+        offset = self.log.append(self.epoch, voters_record(new, now))
+        self._refresh_voters()
+        self.note(now, "voters_changed", voters=list(self.voters), offset=offset, **change)
+        if len(self.voters) > 1 and self._deadline is None:
+            self._deadline = now + self._check_quorum_timeout()
+        self._maybe_update_high_watermark(now)
+
+    # --------------------------------------------------------------------------- DescribeQuorum
+    def _on_DescribeQuorumRequest(self, src: int, d: Mapping, now: int, out: list[dict]) -> None:
+        body: dict[str, Any] = {"ErrorCode": NONE, "LeaderId": self.leader_id, "LeaderEpoch": self.epoch}
+        if self.state != LEADER:
+            body["ErrorCode"] = NOT_LEADER_OR_FOLLOWER
+        else:
+            def row(r: int, p: ReplicaProgress) -> dict:
+                me = r == self.node_id
+                return {"ReplicaId": r, "LogEndOffset": self.log.end_offset if me else
+                        (-1 if p.end_offset is None else p.end_offset),
+                        "LastFetchTimestamp": now if me else p.last_fetch_ms,
+                        "LastCaughtUpTimestamp": now if me else p.last_caught_up_ms}
+            body["HighWatermark"] = self.high_watermark if self._hw_known() else -1
+            body["CurrentVoters"] = [row(r, p) for r, p in sorted(self._progress.items()) if r in self.voters]
+            body["Observers"] = [row(r, p) for r, p in sorted(self._progress.items()) if r not in self.voters]
+        out.append({"type": "DescribeQuorumResponse", "source": self.node_id, "destination": src, "data": body})
+
+    # --------------------------------------------------------------------------- high watermark
+    def _maybe_update_high_watermark(self, now: int) -> None:
+        """``LeaderState.maybeUpdateHighWatermark``: the end offset that a majority of voters has
+        reached, only once it is past the epoch start offset (an entry of this epoch is on a majority),
+        and never backwards."""
+        self._progress[self.node_id].end_offset = self.log.end_offset
+        ends = sorted((self._progress[v].end_offset if v in self._progress and self._progress[v].end_offset
+                       is not None else -1 for v in self.voters), reverse=True)
+        candidate = ends[len(self.voters) // 2]
+        if candidate > self._epoch_start_offset and candidate > self.high_watermark:
+            self.high_watermark = candidate
+
+
+__all__ = ["CANDIDATE", "FOLLOWER", "LEADER", "RESIGNED", "UNATTACHED", "VOTED", "LogEntry", "RaftConfig",
+           "RaftLog", "RaftNode", "message", "record", "voters_record"]

@@ -1,0 +1,1 @@
+"""Simulators that write logs a real cluster could have written: cluster requests, quorum traffic, workloads, sample data."""

@@ -1,0 +1,296 @@
+"""A deterministic, seeded simulation of a KRaft metadata quorum (KIP-595) in event time.
+
+N voters (and M observers) run as ``kraftlake.raft.node.replica.Replica`` over a network that loses, delays,
+duplicates and reorders messages, is partitioned and healed, and whose replicas crash, shut down
+gracefully (a leader resigns with EndQuorumEpoch) and restart from their durable state (the
+``quorum-state`` file and the log). After every step the checker asserts Raft's safety properties:
+
+- election safety: at most one leader per epoch;
+- log matching: two logs with an entry of the same epoch at the same offset agree on everything up to it;
+- leader completeness: every leader's log holds every committed entry;
+- committed entries are never lost: each node's log below its high watermark is the committed prefix;
+- the high watermark of a node (per incarnation) never goes backwards.
+
+Everything a replica receives is recorded as a ``metadata_log`` event (``traffic``): the messages
+delivered to it, at the time they arrive, and its ReplicaStartup / ReplicaShutdown. The simulation is
+event-driven: messages are delivered at their arrival time and timers fire at their exact deadlines
+(timers first on a tie), which is exactly how ``Replica.apply`` catches a replica up before each event;
+so replaying ``traffic`` through ``quorum.replay_quorum`` (or the streaming job) rebuilds every
+replica as it was here.
+
+The same seed always gives the same run: one ``random.Random(seed)`` drives the network and the faults,
+and every node's jitter comes from its own RNG seeded by (seed, node id).
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+
+from kraftlake.raft.replica import Replica, traffic_event
+from kraftlake.raft.node import LEADER, LogEntry, RaftConfig
+
+START_MS = 1_763_550_000_000  # event time of the simulation's first instant
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    voters: int = 3
+    observers: int = 0
+    duration_ms: int = 20_000
+    step_ms: int = 10
+    loss: float = 0.05
+    duplicate: float = 0.02
+    min_delay_ms: int = 1
+    max_delay_ms: int = 30
+    partition_every_ms: int = 4_000  # mean time between partitions
+    partition_ms: int = 3_000  # mean length of one
+    crash_every_ms: int = 6_000  # mean time between crashes
+    down_ms: int = 2_000  # mean downtime
+    resign_every_ms: int = 8_000  # mean time between graceful shutdowns of the leader (EndQuorumEpoch)
+    alter_every_ms: int = 0  # mean time between AlterQuorum requests (0: the voters never change)
+    log_check_every_ms: int = 100  # log matching is checked every this often (it is quadratic)
+    raft: RaftConfig = field(default_factory=lambda: RaftConfig(
+        cluster_id="sim", election_timeout_ms=500, election_backoff_max_ms=500, fetch_timeout_ms=1000,
+        request_timeout_ms=300, append_interval_ms=50))
+
+
+@dataclass
+class Violation:
+    time_ms: int
+    rule: str
+    detail: str
+
+
+@dataclass
+class SimResult:
+    seed: int
+    violations: list[Violation]
+    leaders: dict[int, int]  # epoch -> leader
+    committed: int  # length of the committed prefix at the end
+    messages: int
+    events: list[dict]  # quorum_events rows, as the replicas reported them
+    traffic: list[dict]  # every event a replica received, in delivery order (offsets from 0)
+    replicas: dict[int, Replica]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+ADMIN = -1  # the source of AlterQuorum and DescribeQuorum requests: a client, not a replica
+
+
+class Simulation:
+    def __init__(self, seed: int, config: SimConfig = SimConfig()) -> None:
+        self.seed, self.cfg = seed, config
+        self.rng = random.Random(seed)
+        self.voter_ids = tuple(range(1, config.voters + 1))
+        self.ids = tuple(range(1, config.voters + config.observers + 1))
+        self.properties = {"kraftlake.quorum.fetch.interval.ms": str(config.raft.fetch_interval_ms),
+                           "kraftlake.quorum.fetch.max.records": str(config.raft.fetch_max_records),
+                           "kraftlake.quorum.unsafe.grant.any.vote": str(config.raft.unsafe_grant_any_vote).lower()}
+        self.replicas: dict[int, Replica] = {i: Replica(i) for i in self.ids}
+        self.down: dict[int, int] = {}  # node -> restart time
+        self.group: dict[int, int] = {i: 0 for i in self.ids}
+        self.heal_at: int | None = None
+        self.queue: list[tuple[int, int, dict]] = []
+        self.seq = 0
+        self.traffic: list[dict] = []
+        self.violations: list[Violation] = []
+        self.leaders: dict[int, int] = {}
+        self.committed: list[LogEntry] = []
+        self.commit_epoch: list[int] = []  # the epoch in which each committed offset was first seen committed
+        self.hw_seen: dict[int, int] = {}
+        self.messages = 0
+        self.events: list[dict] = []
+        self.checked: dict[int, tuple] = {}  # node -> what its log and hw were when last checked
+
+    # ----------------------------------------------------------------------------------- network
+    def _send(self, msgs: list[dict], now: int) -> None:
+        for m in msgs:
+            if m["destination"] == ADMIN:
+                continue  # answers to the admin client: the replay's responses table has them
+            self.messages += 1
+            if self.rng.random() < self.cfg.loss:
+                continue
+            copies = 2 if self.rng.random() < self.cfg.duplicate else 1
+            for _ in range(copies):
+                self.seq += 1
+                at = now + self.rng.randint(self.cfg.min_delay_ms, self.cfg.max_delay_ms)
+                heapq.heappush(self.queue, (at, self.seq, m))
+
+    def _reachable(self, a: int, b: int) -> bool:
+        if a == ADMIN:
+            return b not in self.down
+        return a not in self.down and b not in self.down and self.group[a] == self.group[b]
+
+    def _deliver(self, replica_id: int, event: dict) -> None:
+        """Record the event as traffic and hand it to the replica, as a replay will."""
+        event = {**event, "offset": len(self.traffic), "leader_epoch": -1, "destination_id": replica_id}
+        self.traffic.append(event)
+        rows, sent = self.replicas[replica_id].apply(event, self.properties)
+        for table, row in rows:
+            if table == "quorum_events":
+                self.events.append(row)
+                if row["event"] == "leader_elected":
+                    other = self.leaders.setdefault(row["epoch"], replica_id)
+                    if other != replica_id:
+                        self._violate(row["timestamp"], "election_safety",
+                                      f"epoch {row['epoch']}: leaders {other} and {replica_id}")
+        self._send(sent, event["timestamp"])
+
+    def _lifecycle(self, replica_id: int, now: int, type_: str, **data: object) -> None:
+        self._deliver(replica_id, {"type": type_, "version": 0, "timestamp": now, "source_id": None,
+                                   "data": {"ReplicaId": replica_id, **data}})
+
+    def _start(self, replica_id: int, now: int) -> None:
+        raft = self.cfg.raft
+        self._lifecycle(replica_id, now, "ReplicaStartup", ClusterId=raft.cluster_id, Voters=list(self.voter_ids),
+                        JitterSeed=self.seed, Configs=[{"Name": k, "Value": v} for k, v in
+                                                       sorted(raft.kafka_configs().items())])
+        self.hw_seen[replica_id] = self.replicas[replica_id].node.high_watermark
+        self.checked.pop(replica_id, None)
+
+    def _leader(self) -> int | None:
+        live = [(r.node.epoch, i) for i, r in self.replicas.items()
+                if i not in self.down and r.node is not None and r.node.state == LEADER]
+        return max(live)[1] if live else None
+
+    def _faults(self, now: int) -> None:
+        step, cfg = self.cfg.step_ms, self.cfg
+        if self.heal_at is not None and now >= self.heal_at:
+            self.group = {i: 0 for i in self.ids}
+            self.heal_at = None
+        elif self.heal_at is None and self.rng.random() < step / cfg.partition_every_ms:
+            self.group = {i: self.rng.randrange(2) for i in self.ids}
+            self.heal_at = now + self.rng.randint(1, 2 * cfg.partition_ms)
+        for i, back in sorted(self.down.items()):
+            if now >= back:
+                del self.down[i]
+                self._start(i, now)
+        if not self.down and self.rng.random() < step / cfg.crash_every_ms:
+            i = self.rng.choice(self.ids)
+            self._lifecycle(i, now, "ReplicaShutdown", Graceful=False)
+            self.down[i] = now + self.rng.randint(1, 2 * cfg.down_ms)
+        leader = self._leader()
+        if leader is not None and not self.down and self.rng.random() < step / cfg.resign_every_ms:
+            self._lifecycle(leader, now, "ReplicaShutdown", Graceful=True)
+            self.down[leader] = now + self.rng.randint(1, 2 * cfg.down_ms)
+        if cfg.alter_every_ms and self.rng.random() < step / cfg.alter_every_ms:
+            self._alter_quorum(now)
+
+    def _alter_quorum(self, now: int) -> None:
+        """An operator asks the node it believes leads for new voters: swap one voter for a non-voter,
+        add or remove one, or cancel (null)."""
+        target_node = self._leader() or self.rng.choice(self.ids)
+        node = self.replicas[target_node].node
+        voters = list(node.voters) if node is not None else list(self.voter_ids)
+        others = [i for i in self.ids if i not in voters]
+        roll = self.rng.random()
+        if roll < 0.25:
+            target = None
+        elif others and (roll < 0.75 or len(voters) <= 1):
+            target = sorted(set(voters) - {self.rng.choice(voters)} | {self.rng.choice(others)}) \
+                if roll < 0.6 else sorted(voters + [self.rng.choice(others)])
+        elif len(voters) > 1:
+            target = sorted(set(voters) - {self.rng.choice(voters)})
+        else:
+            return
+        msg = {"type": "AlterQuorumRequest", "source": ADMIN, "destination": target_node,
+               "data": {"TargetVoters": target}}
+        self._send([msg], now)
+
+    # -------------------------------------------------------------------------------------- run
+    def run(self) -> SimResult:
+        now = START_MS
+        for i in self.ids:
+            self._start(i, now)
+        end_time = START_MS + self.cfg.duration_ms
+        while now <= end_time:
+            self._faults(now)
+            self._until(now + self.cfg.step_ms)
+            self._check(now)
+            now += self.cfg.step_ms
+        for i in self.ids:  # the tool's DescribeQuorum brings every live replica up to the end time
+            if i not in self.down:
+                self._deliver(i, {**traffic_event({"type": "DescribeQuorumRequest", "source": ADMIN,
+                                                   "destination": i, "data": {}}, now), "source_id": ADMIN})
+        return SimResult(self.seed, self.violations, dict(self.leaders), len(self.committed), self.messages,
+                         self.events, self.traffic, self.replicas)
+
+    def _until(self, end: int) -> None:
+        """Deliver the messages and fire the timers that fall before ``end``, in time order (timers
+        first on a tie, as ``Replica.apply`` fires them before the event it is given)."""
+        while True:
+            deadlines = [(d, i) for i, r in self.replicas.items() if i not in self.down
+                         for d in (r.next_deadline(),) if d is not None and d < end]
+            timer = min(deadlines) if deadlines else None
+            arrival = self.queue[0][0] if self.queue and self.queue[0][0] < end else None
+            if timer is None and arrival is None:
+                return
+            if timer is not None and (arrival is None or timer[0] <= arrival):
+                self._send(self.replicas[timer[1]].advance(timer[0]), timer[0])
+                continue
+            at, _, m = heapq.heappop(self.queue)
+            if self._reachable(m["source"], m["destination"]):
+                self._deliver(m["destination"], traffic_event(m, at))
+
+    # ---------------------------------------------------------------------------------- checker
+    def _violate(self, now: int, rule: str, detail: str) -> None:
+        self.violations.append(Violation(now, rule, detail))
+
+    def _check(self, now: int) -> None:
+        nodes = {i: r.node for i, r in self.replicas.items() if r.node is not None}
+        live = {i: n for i, n in nodes.items() if i not in self.down}
+        # committed prefix: grows from any node's high watermark, which must agree with it
+        for i, n in live.items():
+            hw = n.high_watermark
+            if hw < self.hw_seen.get(i, 0):
+                self._violate(now, "high_watermark_monotonic", f"node {i}: {self.hw_seen[i]} -> {hw}")
+            self.hw_seen[i] = hw
+            entries = n.log.entries
+            sig = (hw, len(entries), entries[-1] if entries else None, len(self.committed))
+            if self.checked.get(i) == sig:
+                continue
+            self.checked[i] = sig
+            if len(entries) < hw:
+                self._violate(now, "committed_lost", f"node {i}: log end {len(entries)} below its hw {hw}")
+                continue
+            k = min(hw, len(self.committed))
+            if entries[:k] != self.committed[:k]:
+                self._violate(now, "committed_lost", f"node {i}: committed entries below {k} differ")
+            elif hw > len(self.committed):
+                self.commit_epoch.extend([n.epoch] * (hw - len(self.committed)))
+                self.committed = list(entries[:hw])
+        # leader completeness: a leader of epoch E holds every entry committed in an epoch before E
+        for i, n in live.items():
+            if n.state == LEADER:
+                log = n.log.entries
+                if log[:len(self.committed)] == self.committed:
+                    continue
+                for o, (entry, epoch) in enumerate(zip(self.committed, self.commit_epoch)):
+                    if epoch < n.epoch and (o >= len(log) or log[o] != entry):
+                        self._violate(now, "leader_completeness",
+                                      f"leader {i} of epoch {n.epoch} misses offset {o}, committed in epoch {epoch}")
+                        break
+        if (now - START_MS) % self.cfg.log_check_every_ms:
+            return
+        logs = [(i, n.log.entries) for i, n in nodes.items()]
+        for x in range(len(logs)):
+            for y in range(x + 1, len(logs)):
+                (i, a), (j, b) = logs[x], logs[y]
+                for k in range(min(len(a), len(b)) - 1, -1, -1):
+                    if a[k].epoch == b[k].epoch:
+                        if a[:k + 1] != b[:k + 1]:
+                            self._violate(now, "log_matching", f"nodes {i} and {j} agree on the epoch at {k} "
+                                                               f"but not on the log before it")
+                        break
+
+
+def simulate(seed: int, config: SimConfig = SimConfig()) -> SimResult:
+    return Simulation(seed, config).run()
+
+
+__all__ = ["ADMIN", "START_MS", "SimConfig", "SimResult", "Simulation", "Violation", "simulate"]

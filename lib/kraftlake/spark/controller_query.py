@@ -1,0 +1,453 @@
+"""The Spark shell around the controller shards: one streaming query from ``metadata_log`` to Delta.
+
+    metadata_log ──readStream──▶ route to shards ──groupBy(shard).applyInPandasWithState(step)──▶
+    foreachBatch: brokers, topics, configs, partitions (MERGE), partition_history, rejected (append)
+
+Exactly-once: Spark's checkpoint holds the source offsets and the state store holds each shard's image;
+every sink commit carries the Delta application transaction ``(kraftlake-controller-<query id>,
+batch id)``, so a micro-batch that Spark re-runs after a crash is skipped by the tables that already
+have it and written by those that do not.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import operator
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, TextIO
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+
+from kraftlake.codec.events import json_bytes
+from kraftlake.spark.quorum_query import QUORUM_TABLES, start_quorum
+from kraftlake.metadata.schemas import StructSpec, metadata_log_schema, registry, table_arrow_schema
+from kraftlake.controller.shards import (KEYS, SKIPPED, TOPIC_SCOPED, Output, ShardState, gc_paused, merged_responses,
+    step)
+from kraftlake.storage.tables import FIXED_COLUMNS, controller_log_schema, controller_log_to_arrow, rows_to_arrow
+from kraftlake.storage import Warehouse
+
+STATE_TABLES = ("brokers", "topics", "configs", "partitions")
+APPEND_TABLES = ("partition_history", "rejected")
+DERIVED_TABLES = STATE_TABLES + ("partition_history", "controller_log", "responses") + QUORUM_TABLES
+# Rows of these tables (nearly every row the controller writes) leave a shard as one Arrow IPC stream
+# per table and micro-batch, in ``rows`` (op ``arrow``); every other row as JSON in ``row`` (ADR 0004).
+TYPED_TABLES = ("partition_history", "partitions")
+ARROW_OP = "arrow"
+OUTPUT_SCHEMA = "table string, op string, offset long, seq int, row string, rows binary"
+STATE_SCHEMA = "state binary"
+TIMESTAMP_COLUMNS = {"last_timestamp", "timestamp"}
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    shards: int
+    checkpoint: str
+    once: bool
+    max_records_per_batch: int | None = None
+    trigger_interval_ms: int = 1000
+    kafka_config: Mapping[str, str] = field(default_factory=dict)  # broker.session.timeout.ms, ...
+
+
+def _plan(spec: StructSpec) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    """A struct's field names, and the fields that need more than a copy (nested structs, bytes)."""
+    plan = _PLANS.get(id(spec))
+    if plan is None:
+        special = tuple(f for f in spec.fields if f.struct is not None or f.element in ("bytes", "records"))
+        plan = _PLANS[id(spec)] = (tuple(f.name for f in spec.fields), special)
+    return plan
+
+
+_PLANS: dict[int, tuple[tuple[str, ...], tuple[Any, ...]]] = {}
+
+
+def _with_nulls(spec: StructSpec, data: dict) -> dict:
+    """The payload as replay expects it: every field present (Spark's JSON omits a nested struct's
+    absent fields) and bytes as bytes (Spark's JSON carries them as base64)."""
+    names, special = _plan(spec)
+    if not special and len(data) == len(names):
+        return data  # to_json(ignoreNullFields=false) wrote every field of the type's struct column
+    out = {name: data.get(name) for name in names}
+    for f in special:
+        value = out[f.name]
+        if value is not None:
+            if f.struct is not None:
+                value = [_with_nulls(f.struct, v) for v in value] if f.is_array else _with_nulls(f.struct, value)
+            else:
+                value = [base64.b64decode(v) for v in value] if f.is_array else base64.b64decode(value)
+            out[f.name] = value
+    return out
+
+
+def event_from_row(row: dict) -> dict:
+    """A routed ``metadata_log`` row (payload as JSON) back into an event dict (ADR 0001)."""
+    return _event(row["offset"], row["leader_epoch"], row["ts"], row["type"], row["version"], row["payload"],
+                  row["source"], row["position"])
+
+
+def _event(offset: Any, leader_epoch: Any, ts: Any, type_: str, version: Any, payload: str | None,
+           source: Any, position: Any) -> dict:
+    data = json.loads(payload) if payload else {}
+    return {"offset": int(offset), "leader_epoch": int(leader_epoch), "timestamp": int(ts), "type": type_,
+            "version": int(version), "data": _with_nulls(registry()[type_], data),
+            "source": source if isinstance(source, str) else None,
+            "position": None if position is None or position != position else int(position)}  # NaN: null
+
+
+ROUTED_COLUMNS = ("offset", "leader_epoch", "ts", "type", "version", "payload", "source", "position")
+
+
+def events_of_frames(frames: Iterator[Any]) -> list[dict]:
+    """The events of a shard's routed pandas frames, column by column (no per-row Series or dict)."""
+    return [_event(*values) for frame in frames for values in zip(*(frame[c].tolist() for c in ROUTED_COLUMNS))]
+
+
+def routed_events(spark_df: Any, shards: int) -> Any:
+    """Each event once per shard it goes to, its payload as JSON; NoOpRecords dropped before the shuffle."""
+    from pyspark.sql import functions as F
+
+    present = set(spark_df.columns)
+    payload_columns = [f.name for f in metadata_log_schema() if f.name in present and f.name not in FIXED_COLUMNS]
+    # a row has one payload column set: the coalesce stops there, so the commonest types go first
+    payload_columns.sort(key=lambda c: c not in TOPIC_SCOPED)
+    options = {"ignoreNullFields": "false"}
+    payload = F.coalesce(*[F.to_json(F.col(c), options) for c in payload_columns]) if payload_columns \
+        else F.lit(None).cast("string")
+    topic_ids = [F.col(f"{t}.{key}") for t, key in TOPIC_SCOPED.items() if t in present]
+    topic_id = F.coalesce(*topic_ids) if topic_ids else F.lit(None).cast("string")
+    one_shard = F.array(F.pmod(F.crc32(F.encode(topic_id, "UTF-8")), F.lit(shards)).cast("int"))
+    every_shard = F.sequence(F.lit(0), F.lit(shards - 1))
+    targets = F.when(F.col("type").isin(*TOPIC_SCOPED), one_shard).otherwise(every_shard)
+    return (spark_df.where(~F.col("type").isin(*SKIPPED))
+            .select(F.explode(targets).alias("shard"), "offset", "leader_epoch",
+                    F.unix_millis("timestamp").alias("ts"), "type", "version", payload.alias("payload"),
+                    "source", "position"))
+
+
+def shard_function(shards: int, kafka_config: Mapping[str, str]):
+    """The function ``applyInPandasWithState`` runs per shard and micro-batch (pickled to executors)."""
+    config = dict(kafka_config)
+
+    def run(key: tuple, frames: Iterator[Any], state: Any) -> Iterator[Any]:
+        shard = int(key[0])
+        with gc_paused():
+            current = _load_state(shard, state.get[0] if state.exists else None)
+            outputs = step(shard, shards, current, events_of_frames(frames), config)
+            _save_state(shard, current, state)
+            frame = outputs_frame(outputs)
+        yield frame
+
+    return run
+
+
+# The state store holds every shard's state as ``_STATE_MAGIC + token + ShardState.to_bytes()``, a new
+# random token per write. Each Python worker keeps the objects of the states it wrote last, by shard
+# and token: when the store hands back the bytes with the same token, they are exactly that object's
+# serialisation, so it is reused instead of parsed (ADR 0004). Any other bytes (a restart, a batch
+# re-run from an older version, a shard last run by another worker) miss and are parsed. An entry is
+# taken out while its step runs, so a step that fails half-way leaves nothing behind.
+_STATE_MAGIC = b"KLS1"  # not a valid start of the older layout (a last offset of 5.4e18)
+_STATE_CACHE: dict[int, tuple[bytes, ShardState]] = {}  # only module-level functions may touch it:
+# ``run`` is pickled by value, with a copy of the globals it names
+
+
+def _save_state(shard: int, current: ShardState, state: Any) -> None:
+    token = os.urandom(16)
+    state.update((_STATE_MAGIC + token + current.to_bytes(),))
+    _STATE_CACHE[shard] = (token, current)
+
+
+def _load_state(shard: int, raw: bytes | None) -> ShardState:
+    cached = _STATE_CACHE.pop(shard, None)
+    if raw is not None and raw[:4] == _STATE_MAGIC:
+        if cached is not None and cached[0] == raw[4:20]:
+            return cached[1]
+        raw = raw[20:]
+    return ShardState.from_bytes(raw)
+
+
+def outputs_frame(outputs: list[Output]) -> Any:
+    """A shard's outputs as one pandas frame of ``OUTPUT_SCHEMA``: the rows of each of ``TYPED_TABLES``
+    as one Arrow IPC stream (one frame row), every other row (and the deletes' keys) as JSON.
+
+    The typed rows thus cross to the driver without pandas or Spark touching them value by value
+    (pyspark converts array columns of a pandas frame element by element)."""
+    import pandas as pd
+
+    groups: dict[str, list[Output]] = {name: [] for name in TYPED_TABLES}
+    other: list[Output] = []
+    for o in outputs:
+        (groups[o.table] if o.op != "delete" and o.table in groups else other).append(o)
+    frame: dict[str, list] = {"table": [], "op": [], "offset": [], "seq": [], "row": [], "rows": []}
+    for o in other:
+        for column, value in zip(frame.values(), (o.table, o.op, o.offset, o.seq,
+                                                   json.dumps(o.row, default=json_bytes), None)):
+            column.append(value)
+    for name, group in groups.items():
+        if group:
+            for column, value in zip(frame.values(), (name, ARROW_OP, -1, 0, None, _ipc(typed_table(name, group)))):
+                column.append(value)
+    return pd.DataFrame({**frame, "offset": pd.Series(frame["offset"], dtype="int64"),
+                         "seq": pd.Series(frame["seq"], dtype="int32")})
+
+
+def typed_table(name: str, outputs: list[Output]) -> pa.Table:
+    """Outputs of one table as Arrow: ``op``, ``offset``, ``seq``, then the table's columns (its
+    schema; timestamps from the rows' ms)."""
+    schema = table_arrow_schema(name)
+    rows = [o.row for o in outputs]
+    transposed = zip(*map(operator.itemgetter(*schema.names), rows))
+    columns = [pa.array([o.op for o in outputs], pa.string()), pa.array([o.offset for o in outputs], pa.int64()),
+               pa.array([o.seq for o in outputs], pa.int32())]
+    for f, values in zip(schema, transposed):
+        if pa.types.is_timestamp(f.type):
+            columns.append(pc.multiply(pa.array(values, pa.int64()), 1000).cast(f.type))
+        else:
+            columns.append(pa.array(values, f.type))
+    meta = [pa.field("op", pa.string()), pa.field("offset", pa.int64()), pa.field("seq", pa.int32())]
+    return pa.Table.from_arrays(columns, schema=pa.schema(meta + [f.with_name(f"_{f.name}") for f in schema]))
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression="lz4" if pa.Codec.is_available("lz4") else None)
+    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _arrow_rows(name: str, rows: list[dict]) -> pa.Table:
+    if name == "rejected":  # raw bytes crossed the JSON hop as base64
+        rows = [{**r, "raw": base64.b64decode(r["raw"])} if r.get("raw") is not None else r for r in rows]
+    return rows_to_arrow(name, rows)
+
+
+@dataclass
+class BatchOutputs:
+    """A micro-batch's outputs as the sink gets them: the rows of ``TYPED_TABLES`` as Arrow tables
+    (``typed_table``'s layout, in no particular order), every other row as an ``Output``."""
+
+    typed: dict[str, pa.Table]
+    other: list[Output]
+
+
+def _outputs_of(batch: pa.Table) -> BatchOutputs:
+    is_arrow = pc.equal(batch.column("op"), ARROW_OP)
+    parts: dict[str, list[pa.Table]] = {}
+    for r in batch.filter(is_arrow).select(["table", "rows"]).to_pylist():
+        parts.setdefault(r["table"], []).append(pa.ipc.open_stream(r["rows"]).read_all())
+    rest = batch.filter(pc.invert(is_arrow)).select(["table", "op", "offset", "seq", "row"]).to_pylist()
+    return BatchOutputs({name: pa.concat_tables(tables) for name, tables in parts.items()},
+                        [Output(r["table"], r["op"], r["offset"], r["seq"], json.loads(r["row"])) for r in rest])
+
+
+def _typed_rows(typed: dict[str, pa.Table] | None, name: str) -> tuple[pa.Table, pa.Table] | None:
+    """The typed rows of table ``name`` in (offset, seq) order: their ``op``, ``offset`` and ``seq``,
+    and the rows in the table's schema."""
+    part = (typed or {}).get(name)
+    if part is None or part.num_rows == 0:
+        return None
+    part = part.sort_by([("offset", "ascending"), ("seq", "ascending")])
+    schema = table_arrow_schema(name)
+    rows = pa.Table.from_arrays([part.column(f"_{f.name}") for f in schema], schema=schema)
+    return part.select(["op", "offset", "seq"]), rows
+
+
+def _as_outputs(name: str, typed_rows: tuple[pa.Table, pa.Table]) -> list[Output]:
+    """Typed rows back into ``Output``s, rows as the shards made them (timestamps in ms)."""
+    meta, rows = typed_rows
+    for column in TIMESTAMP_COLUMNS & set(rows.column_names):
+        index = rows.schema.get_field_index(column)
+        rows = rows.set_column(index, column, pc.divide(rows.column(column).cast(pa.int64()), 1000))
+    return [Output(name, m["op"], m["offset"], m["seq"], r) for m, r in zip(meta.to_pylist(), rows.to_pylist())]
+
+
+def write_outputs(warehouse: Warehouse, outputs: list[Output] | BatchOutputs,
+                  txn: tuple[str, int]) -> dict[str, int]:
+    """Commit one micro-batch's rows: MERGE for state tables (last op per key wins), append for logs.
+
+    Typed rows go to Delta as the Arrow columns they arrived in; only when a table also has rows of
+    the other kind (deletes, or a key written twice) do they take the row-by-row path below."""
+    typed = outputs.typed if isinstance(outputs, BatchOutputs) else None
+    rest = outputs.other if isinstance(outputs, BatchOutputs) else outputs
+    # keys never span shards (a topic lives on one shard, brokers and configs come from shard 0 only),
+    # so (offset, seq) orders every key's rows
+    ordered = sorted(rest, key=lambda o: (o.offset, o.seq))
+    written = {}
+    generated = [o.row for o in ordered if o.table == "controller_log"]
+    if generated:
+        warehouse.append("controller_log", controller_log_to_arrow(generated), controller_log_schema(), txn)
+        written["controller_log"] = len(generated)
+    responses = merged_responses(ordered)
+    if responses:
+        rows = [{**r, "data": json.dumps(r["data"], default=json_bytes)} for r in responses]
+        warehouse.append("responses", _arrow_rows("responses", rows), table_arrow_schema("responses"), txn)
+        written["responses"] = len(rows)
+    for name in APPEND_TABLES:
+        mine = [o for o in ordered if o.table == name]
+        fast = _typed_rows(typed, name)
+        if fast is not None and not mine:
+            warehouse.append(name, fast[1], table_arrow_schema(name), txn)
+            written[name] = fast[1].num_rows
+            continue
+        if fast is not None:
+            mine = sorted(mine + _as_outputs(name, fast), key=lambda o: (o.offset, o.seq))
+        rows = [o.row for o in mine]
+        if rows:
+            warehouse.append(name, _arrow_rows(name, rows), table_arrow_schema(name), txn)
+            written[name] = len(rows)
+    for name in STATE_TABLES:
+        keys = list(KEYS[name])
+        schema = table_arrow_schema(name)
+        mine = [o for o in ordered if o.table == name]
+        fast = _typed_rows(typed, name)
+        if fast is not None and not mine and fast[1].group_by(keys).aggregate([]).num_rows == fast[1].num_rows:
+            warehouse.upsert(name, fast[1], keys, schema, txn)  # upserts only, one per key
+            written[name] = fast[1].num_rows
+            continue
+        if fast is not None:
+            mine = sorted(mine + _as_outputs(name, fast), key=lambda o: (o.offset, o.seq))
+        final: dict[tuple, Output] = {}
+        for o in mine:
+            final[tuple(o.row[k] for k in keys)] = o
+        if not final:
+            continue
+        upserts = [o.row for o in final.values() if o.op == "upsert"]
+        deletes = [o.row for o in final.values() if o.op == "delete"]
+        delete_keys = pa.Table.from_pylist(deletes, schema=pa.schema([schema.field(k) for k in keys])) \
+            if deletes else None
+        warehouse.upsert(name, _arrow_rows(name, upserts), keys, schema, txn, delete_keys)
+        written[name] = len(final)
+    return written
+
+
+def query_id(checkpoint: str) -> str | None:
+    """The streaming query's id from its checkpoint (stable across restarts of the same checkpoint)."""
+    filesystem, path = pafs.FileSystem.from_uri(_uri(checkpoint))
+    info = filesystem.get_file_info(f"{path}/metadata")
+    if info.type != pafs.FileType.File:
+        return None
+    with filesystem.open_input_stream(f"{path}/metadata") as stream:
+        return json.loads(stream.read().decode().splitlines()[0])["id"]
+
+
+def _uri(path: str) -> str:
+    # as_uri() percent-encodes: a bare "file://" + path is no URI once the path has a space or '#'
+    return path if "://" in path else Path(os.path.abspath(path)).as_uri()
+
+
+def reset(warehouse: Warehouse, checkpoint: str) -> None:
+    """Forget the checkpoint, the replay's rejections and every derived table, so the next run replays
+    the log from the start. The tables go last: while one is left, ``check_start`` refuses to start, so
+    a reset that dies half-way is simply run again."""
+    def delete_dir(target: str) -> None:
+        filesystem, path = pafs.FileSystem.from_uri(_uri(target))
+        if filesystem.get_file_info(path).type != pafs.FileType.NotFound:
+            filesystem.delete_dir(path)
+
+    delete_dir(checkpoint)
+    if warehouse.exists("rejected"):  # shared with ingest, whose rejections are input and stay
+        warehouse.table("rejected").delete("stage = 'replay'")
+    for name in DERIVED_TABLES:
+        delete_dir(warehouse.path(name))
+
+
+def check_start(warehouse: Warehouse, checkpoint: str) -> None:
+    """Derived tables without a checkpoint would be replayed into twice: refuse with the remedy."""
+    if query_id(checkpoint) is None:
+        leftovers = [name for name in DERIVED_TABLES if warehouse.exists(name)]
+        if leftovers:
+            raise RuntimeError(
+                f"the checkpoint {checkpoint} is missing but {', '.join(leftovers)} exist: they were built by "
+                "an earlier run. Run with --reset to rebuild them from the metadata log.")
+    if not warehouse.exists("metadata_log"):
+        raise RuntimeError(f"no metadata_log in {warehouse.root}: ingest a log first (jobs/ingest.py)")
+
+
+def start(warehouse: Warehouse, settings: ControllerSettings):
+    """Start the controller query; returns the ``StreamingQuery``."""
+    check_start(warehouse, settings.checkpoint)
+    for name in STATE_TABLES + APPEND_TABLES + ("responses",):
+        warehouse.create_if_missing(name, table_arrow_schema(name))
+    warehouse.create_if_missing("controller_log", controller_log_schema())
+    source = warehouse.read_stream("metadata_log", max_records_per_batch=settings.max_records_per_batch)
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    shards = settings.shards
+    outputs = (routed_events(source, shards)
+               .groupBy("shard")
+               .applyInPandasWithState(shard_function(shards, settings.kafka_config), OUTPUT_SCHEMA, STATE_SCHEMA,
+                                       "append",
+                                       GroupStateTimeout.NoTimeout))
+    app_id: list[str] = []
+
+    def sink(batch_df: Any, batch_id: int) -> None:
+        if not app_id:
+            app_id.append(f"kraftlake-controller-{query_id(settings.checkpoint)}")
+        write_outputs(warehouse, _outputs_of(batch_df.toArrow()), (app_id[0], batch_id))
+
+    writer = (outputs.writeStream.queryName("kraftlake_controller")
+              .option("checkpointLocation", settings.checkpoint)
+              .foreachBatch(sink))
+    writer = writer.trigger(availableNow=True) if settings.once else \
+        writer.trigger(processingTime=f"{settings.trigger_interval_ms} milliseconds")
+    return writer.start()
+
+
+def run(warehouse: Warehouse, settings: ControllerSettings, progress_every: float = 10.0,
+        out: TextIO | None = None) -> bool:
+    """Run the controller query and the quorum query (``quorum_stream``) until they end (``--once``) or
+    forever, printing progress; False if stopped by a signal.
+
+    SIGINT and SIGTERM only set a flag that the loop checks every second before it stops the query: the
+    driver's main thread is usually inside a py4j call when they arrive, and stopping the query from the
+    handler itself would re-enter py4j (pyspark's own SIGINT handler does, and prints tracebacks). A batch
+    in flight is cut short; the checkpoint and the Delta transactions make the next start finish it.
+    """
+    out = out or sys.stderr
+    query = start(warehouse, settings)
+    quorum = start_quorum(warehouse, settings.checkpoint, settings.once, settings.kafka_config,
+                          settings.max_records_per_batch, settings.trigger_interval_ms)
+    queries = {"controller": query, "quorum": quorum}
+    stop_requested: list[int] = []
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, lambda signum, frame: stop_requested.append(signum))
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+    last_batch, last_print = None, -progress_every
+    try:
+        while any(q.isActive for q in queries.values()) and not stop_requested:
+            (query if query.isActive else quorum).awaitTermination(1)
+            if not settings.once and not all(q.isActive for q in queries.values()):
+                break  # one query failed: stop the other and report
+            progress = query.lastProgress
+            quiet = time.monotonic() - last_print < progress_every
+            if progress and progress["batchId"] != last_batch and progress["numInputRows"] and not quiet:
+                last_batch, last_print = progress["batchId"], time.monotonic()
+                end = progress["sources"][0].get("endOffset") if progress.get("sources") else None
+                print(f"[controller] batch {last_batch}: {progress['numInputRows']:,} log rows, "
+                      f"log offset {end}, {progress.get('processedRowsPerSecond', 0):,.0f} rows/s",
+                      file=out, flush=True)
+        if stop_requested:
+            print("[controller] stopping (signal received); restart to continue from the checkpoint",
+                  file=out, flush=True)
+            for q in queries.values():
+                q.stop()
+            return False
+        for name, q in queries.items():
+            if q.exception() is not None:
+                for other in queries.values():
+                    other.stop()
+                raise RuntimeError(f"the {name} query failed: {q.exception()}")
+        return True
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,138 @@
+"""The quorum query: the metadata quorum's replicas computed from the log's quorum traffic (Spark shell).
+
+A second streaming query beside the controller's, over the same ``metadata_log``: it keeps only the
+quorum's traffic (``schemas.QUORUM_TRAFFIC``, addressed by ``destination_id``), groups it by replica
+and runs ``quorum.Replica.apply`` per replica in ``applyInPandasWithState``, the replica's whole state
+(its ``RaftNode``, log included) in the state store. The sink commits ``quorum_state`` and
+``quorum_replicas`` (MERGE), ``quorum_events``, the replicas' answers in ``responses`` and what they
+cannot read in ``rejected`` (append), each
+write tagged with the Delta transaction (``kraftlake-quorum-<query id>``, batch id), so a restart
+never writes a batch twice. Its checkpoint is the ``quorum`` folder inside the controller's.
+
+Why a query of its own: quorum traffic is keyed by replica, not by topic shard, and it is a few
+messages per replica and second; keeping it apart leaves the controller's hot path untouched and only
+costs a scan of the columns it needs (the ``type`` column, mostly).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator, Mapping
+
+from kraftlake.raft.replica import QUORUM_KEYS, Replica
+from kraftlake.metadata.schemas import QUORUM_TRAFFIC, metadata_log_schema, table_arrow_schema
+from kraftlake.storage import Warehouse
+from kraftlake.storage.tables import rows_to_arrow
+
+QUORUM_STATE_TABLES = ("quorum_state", "quorum_replicas")
+QUORUM_TABLES = QUORUM_STATE_TABLES + ("quorum_events",)
+OUTPUT_SCHEMA = "table string, offset long, seq int, row string"
+STATE_SCHEMA = "replica string"
+ENVELOPE = ["offset", "timestamp", "type", "version", "source_id", "destination_id", "correlation_id"]
+
+
+def checkpoint_of(controller_checkpoint: str) -> str:
+    return controller_checkpoint.rstrip("/") + "/quorum"
+
+
+def traffic(spark_df: Any) -> Any:
+    """The quorum's traffic of a ``metadata_log`` frame, payload as JSON."""
+    from pyspark.sql import functions as F
+
+    present = set(spark_df.columns)
+    payload_columns = [t for t in sorted(QUORUM_TRAFFIC) if t in present]
+    payload = F.coalesce(*[F.to_json(F.col(c)) for c in payload_columns]) if payload_columns \
+        else F.lit(None).cast("string")
+    return (spark_df.where(F.col("type").isin(*QUORUM_TRAFFIC) & F.col("destination_id").isNotNull())
+            .select("offset", F.unix_millis("timestamp").alias("ts"), "type", "version", "source_id",
+                    "destination_id", "correlation_id", payload.alias("payload")))
+
+
+def event_of(row: Mapping) -> dict:
+    def optional(name: str) -> int | None:
+        value = row[name]
+        return None if value is None or value != value else int(value)  # pandas gives NaN for null
+
+    return {"offset": int(row["offset"]), "timestamp": int(row["ts"]), "type": row["type"],
+            "version": int(row["version"]), "data": json.loads(row["payload"]) if row["payload"] else {},
+            "source_id": optional("source_id"), "destination_id": int(row["destination_id"]),
+            "correlation_id": optional("correlation_id")}
+
+
+def replica_function(properties: Mapping[str, str]):
+    """What ``applyInPandasWithState`` runs per replica and micro-batch (pickled to executors)."""
+    properties = dict(properties)
+
+    def run(key: tuple, frames: Iterator[Any], state: Any) -> Iterator[Any]:
+        import pandas as pd
+
+        replica = Replica.from_json(state.get[0] if state.exists else None, int(key[0]), properties)
+        events = sorted((event_of(r) for frame in frames for r in frame.to_dict("records")),
+                        key=lambda e: e["offset"])
+        rows: list[tuple[str, int, dict]] = []
+        for event in events:
+            rows += [(table, event["offset"], row) for table, row in replica.apply(event, properties)[0]]
+        rows += [(table, replica.last_offset, row) for table, row in replica.state_rows()]
+        state.update((replica.to_json(),))
+        yield pd.DataFrame({
+            "table": [r[0] for r in rows],
+            "offset": pd.Series([r[1] for r in rows], dtype="int64"),
+            "seq": pd.Series(range(len(rows)), dtype="int32"),
+            "row": [json.dumps(r[2], separators=(",", ":")) for r in rows]})
+
+    return run
+
+
+def write_quorum_outputs(warehouse: Warehouse, rows: list[tuple[str, int, int, dict]], txn: tuple[str, int]
+                         ) -> dict[str, int]:
+    """Commit one micro-batch: MERGE the state tables (one row per key and batch: a replica's last),
+    append events and answers."""
+    ordered = sorted(rows, key=lambda r: (r[1], r[2]))
+    written = {}
+    for name in ("quorum_events", "responses", "rejected"):
+        found = [r[3] for r in ordered if r[0] == name]
+        if found:
+            warehouse.append(name, rows_to_arrow(name, found), table_arrow_schema(name), txn)
+            written[name] = len(found)
+    for name in QUORUM_STATE_TABLES:
+        final = {tuple(r[3][k] for k in QUORUM_KEYS[name]): r[3] for r in ordered if r[0] == name}
+        if final:
+            warehouse.upsert(name, rows_to_arrow(name, list(final.values())), list(QUORUM_KEYS[name]),
+                             table_arrow_schema(name), txn)
+            written[name] = len(final)
+    return written
+
+
+def start_quorum(warehouse: Warehouse, checkpoint: str, once: bool, properties: Mapping[str, str],
+                 max_records_per_batch: int | None = None, trigger_interval_ms: int = 1000) -> Any:
+    """Start the quorum query (checkpoint: the controller's); returns the ``StreamingQuery``."""
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    from kraftlake.spark.controller_query import query_id
+
+    for name in QUORUM_TABLES + ("responses", "rejected"):
+        warehouse.create_if_missing(name, table_arrow_schema(name))
+    present = {f.name for f in metadata_log_schema()}
+    columns = ENVELOPE + sorted(t for t in QUORUM_TRAFFIC if t in present)
+    source = warehouse.read_stream("metadata_log", max_records_per_batch=max_records_per_batch, columns=columns,
+                                   types=sorted(QUORUM_TRAFFIC))
+    outputs = (traffic(source).groupBy("destination_id")
+               .applyInPandasWithState(replica_function(properties), OUTPUT_SCHEMA, STATE_SCHEMA, "append",
+                                       GroupStateTimeout.NoTimeout))
+    location = checkpoint_of(checkpoint)
+    app_id: list[str] = []
+
+    def sink(batch_df: Any, batch_id: int) -> None:
+        if not app_id:
+            app_id.append(f"kraftlake-quorum-{query_id(location)}")
+        rows = [(r["table"], r["offset"], r["seq"], json.loads(r["row"])) for r in batch_df.toArrow().to_pylist()]
+        write_quorum_outputs(warehouse, rows, (app_id[0], batch_id))
+
+    writer = (outputs.writeStream.queryName("kraftlake_quorum").option("checkpointLocation", location)
+              .foreachBatch(sink))
+    writer = writer.trigger(availableNow=True) if once else \
+        writer.trigger(processingTime=f"{trigger_interval_ms} milliseconds")
+    return writer.start()
+
+
+__all__ = ["QUORUM_TABLES", "checkpoint_of", "start_quorum", "traffic", "write_quorum_outputs"]

@@ -1,0 +1,57 @@
+"""One way for every job to get its SparkSession, whether started by spark-submit or plain python.
+
+spark-submit options win: a ``spark.*`` key from the kraftlake config is applied only when the
+launcher did not set it, so ``--conf spark.sql.shuffle.partitions=200`` on a cluster beats the
+laptop-sized default in conf/kraftlake.properties. pyspark is imported inside the function so that
+importing this module stays cheap for Spark-free code paths.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from kraftlake.metadata.config import Config
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["get_spark"]
+
+
+def get_spark(config: Config, app_name: str) -> SparkSession:
+    """The job's session: an already active one as it is, else a new one built from ``config``.
+
+    An active session belongs to whoever made it (the test suite, a notebook), so it is not
+    reconfigured. Without any master (``python jobs/x.py``) the job runs in ``local[*]``.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    # Python workers must import the same pyspark/pyarrow/deltalake as this driver. spark-submit.sh
+    # sets this; a plain `python jobs/x.py` would otherwise start workers with the system python.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+    # The JVM must be up before SparkConf() can see what spark-submit put in its system properties.
+    SparkContext._ensure_initialized()
+    submitted = SparkConf()
+
+    builder = SparkSession.builder
+    # spark-submit names the app after the job file (plain python: "pyspark-shell") unless --name
+    # was given: keep a real --name, replace the placeholders.
+    submitted_name = submitted.get("spark.app.name", None)
+    if submitted_name in (None, "pyspark-shell", os.path.basename(sys.argv[0] or "")):
+        builder = builder.appName(app_name)
+    if not submitted.contains("spark.master"):
+        builder = builder.master("local[*]")
+    for key, value in sorted(config.subset("spark.").items()):
+        if not submitted.contains(key):
+            builder = builder.config(key, value)
+
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

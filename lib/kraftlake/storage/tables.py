@@ -1,0 +1,102 @@
+"""Rows of the warehouse tables as Arrow, built from core objects (events, rejections).
+
+Arrow is the hand-off format between the pure core and both Delta engines; the schemas come from
+``schemas/`` through ``kraftlake.metadata.schemas``, never retyped here.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
+
+from kraftlake.codec.logdir import Rejection
+from kraftlake.metadata.schemas import metadata_log_schema, table_arrow_schema
+
+# The envelope of the quorum's traffic (KIP-595 messages between replicas); null on every other event.
+ENVELOPE_COLUMNS = ("source_id", "destination_id", "correlation_id")
+FIXED_COLUMNS = ("offset", "leader_epoch", "timestamp", "type", "version", "source", "position", *ENVELOPE_COLUMNS)
+
+
+def events_to_arrow(events: Sequence[dict], schema: pa.Schema | None = None) -> pa.RecordBatch:
+    """A ``metadata_log`` batch: fixed columns, then each type's payload in its own struct column.
+
+    Payload columns are built per type from just that type's rows and spread out with ``take``, so the
+    cost follows the number of events, not events x types.
+    """
+    schema = schema or metadata_log_schema()
+    n = len(events)
+    columns: dict[str, pa.Array] = {
+        "offset": pa.array([e["offset"] for e in events], pa.int64()),
+        "leader_epoch": pa.array([e["leader_epoch"] for e in events], pa.int32()),
+        "timestamp": pa.array([e["timestamp"] * 1000 for e in events], pa.timestamp("us", tz="UTC")),
+        "type": pa.array([e["type"] for e in events], pa.string()),
+        "version": pa.array([e["version"] for e in events], pa.int16()),
+        "source": pa.array([e.get("source") for e in events], pa.string()),
+        "position": pa.array([e.get("position") for e in events], pa.int64()),
+        **{name: pa.array([e.get(name) for e in events], pa.int32()) for name in ENVELOPE_COLUMNS},
+    }
+    rows_by_type: dict[str, list[int]] = {}
+    for index, event in enumerate(events):
+        rows_by_type.setdefault(event["type"], []).append(index)
+    for field in schema:
+        if field.name in columns:
+            continue
+        rows = rows_by_type.get(field.name)
+        if not rows:
+            columns[field.name] = pa.nulls(n, field.type)
+            continue
+        values = pa.array([events[i]["data"] for i in rows] + [None], field.type)
+        where = [len(rows)] * n  # the trailing null
+        for position, row in enumerate(rows):
+            where[row] = position
+        columns[field.name] = values.take(pa.array(where, pa.int32()))
+    return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
+
+
+def controller_log_schema() -> pa.Schema:
+    """``controller_log``: ``metadata_log``'s columns (``offset`` = the request that caused the record),
+    plus the shard that wrote it and its place among that request's records."""
+    return metadata_log_schema().append(pa.field("shard", pa.int32())).append(pa.field("seq", pa.int32()))
+
+
+def controller_log_to_arrow(rows: Sequence[dict]) -> pa.Table:
+    schema = controller_log_schema()
+    batch = events_to_arrow(rows)
+    columns = batch.columns + [pa.array([r["shard"] for r in rows], pa.int32()),
+                               pa.array([r["seq"] for r in rows], pa.int32())]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def rows_to_events(table: pa.Table) -> list[dict]:
+    """The inverse of ``events_to_arrow``: ``metadata_log`` rows back into event dicts."""
+    index = table.schema.get_field_index("timestamp")
+    micros = table.column(index).cast(pa.int64())
+    table = table.set_column(index, "timestamp", pa.compute.divide(micros, 1000))
+    out = []
+    for row in table.to_pylist():
+        type_ = row["type"]
+        out.append({"offset": row["offset"], "leader_epoch": row["leader_epoch"],
+                    "timestamp": row["timestamp"], "type": type_,
+                    "version": row["version"], "data": row.get(type_) or {}, "source": row["source"],
+                    "position": row["position"],
+                    **{name: row.get(name) for name in ENVELOPE_COLUMNS if row.get(name) is not None}})
+    return out
+
+
+def rows_to_arrow(name: str, rows: list[dict]) -> pa.Table:
+    """Rows of a warehouse table as the core makes them (event times in ms) as Arrow in the table's
+    schema: its timestamp columns, found in the schema, become Delta's µs."""
+    schema = table_arrow_schema(name)
+    times = [f.name for f in schema if pa.types.is_timestamp(f.type)]
+    return pa.Table.from_pylist([{**r, **{c: r[c] * 1000 for c in times if r.get(c) is not None}} for r in rows],
+                                schema=schema)
+
+
+def rejections_to_arrow(rejections: Sequence[Rejection], stage: str = "ingest") -> pa.Table:
+    schema = table_arrow_schema("rejected")
+    rows = [{"stage": stage, "source": r.source, "position": r.position, "offset": r.offset, "type": r.type,
+             "version": r.version, "error": r.error, "reason": r.reason, "raw": r.raw,
+             "raw_length": r.raw_length} for r in rejections]
+    return pa.Table.from_pylist(rows, schema=schema)
