@@ -54,7 +54,7 @@ from kraftlake.image.cluster_image import ClusterImage
 from kraftlake.storage.ingest import ingest_source
 from kraftlake.image.replay import replay
 from kraftlake.cli.runtime import open_warehouse
-from kraftlake.metadata.schemas import metadata_log_schema
+from kraftlake.metadata.tables import metadata_log_schema
 from kraftlake.controller.shards import ShardState, replay_log, routes, step
 from kraftlake.spark.controller_query import ControllerSettings, run, start
 from kraftlake.storage.tables import events_to_arrow

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kraftlake.codec.logdir import Rejection
+from kraftlake.metadata.rejections import Rejection
 from kraftlake.storage.ingest import detect_kind, read_source
 from kraftlake.cli.output import json_line
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from kraftlake.cli.config import add_common_arguments, config_from_args
 from kraftlake.storage.ingest import ingest
 from kraftlake.cli.output import print_table
-from kraftlake.cli.runtime import kafka_configs, open_warehouse, register_views
+from kraftlake.cli.runtime import kafka_configs, open_warehouse
+from kraftlake.spark.views import register_views
 from kraftlake.sim.sample import write_sample
 from kraftlake.spark.controller_query import ControllerSettings, run
 

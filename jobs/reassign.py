@@ -23,7 +23,8 @@ from typing import Any
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
 from kraftlake.storage.ingest import ingest_source
-from kraftlake.cli.runtime import open_warehouse, register_views
+from kraftlake.cli.runtime import open_warehouse
+from kraftlake.spark.views import register_views
 from kraftlake.storage import Warehouse
 
 

@@ -13,7 +13,8 @@ import sys
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
 from kraftlake.cli.output import json_line, print_table
-from kraftlake.cli.runtime import open_warehouse, register_views
+from kraftlake.cli.runtime import open_warehouse
+from kraftlake.spark.views import register_views
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Mapping
 
 from kraftlake.metadata import uuids
-from kraftlake.metadata.schemas import table_arrow_schema
+from kraftlake.metadata.tables import table_arrow_schema, tables_of
 from kraftlake.image.cluster_image import ClusterImage
 from kraftlake.controller.shards import ShardState, apply_outputs, iter_rows, replay_log, routes, step
 from kraftlake.storage.ingest import ingest_source
@@ -21,7 +21,7 @@ from kraftlake.storage import Warehouse
 from kraftlake.storage.tables import rows_to_events
 from streaming_helpers import plain, sorted_rows
 
-STATE_TABLES = ("brokers", "topics", "configs", "partitions")
+STATE_TABLES = tables_of("controller", "state")
 APPEND_TABLES = ("partition_history", "rejected")
 ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"
 MAX_MV = 19  # the newest metadata.version the hand-written brokers support (3.7-IV4, as in the real logs)

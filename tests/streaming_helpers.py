@@ -23,7 +23,7 @@ from typing import Callable, Mapping
 from kraftlake.spark import controller_query as streaming
 from kraftlake.metadata import uuids
 from kraftlake.storage.ingest import ingest_source
-from kraftlake.metadata.schemas import table_arrow_schema
+from kraftlake.metadata.tables import table_arrow_schema
 from kraftlake.controller.shards import iter_rows, replay_log
 from kraftlake.storage import Warehouse
 from kraftlake.storage.tables import rows_to_events

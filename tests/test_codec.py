@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from kraftlake import codec
 from kraftlake.metadata import uuids
 from kraftlake.codec import batches
-from kraftlake.codec.logdir import Rejection, decode_buffer
+from kraftlake.metadata.rejections import Rejection
+from kraftlake.codec.logdir import decode_buffer
 from kraftlake.codec.writer import encode_events, record_key_value
 from kraftlake.metadata.schemas import registry
 

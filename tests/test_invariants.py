@@ -17,7 +17,8 @@ from kraftlake.codec.events import check_struct
 from kraftlake.controller.invariants import (CONTROLLED_SHUTDOWN, FENCED, INELIGIBLE_LEADER_ELECTED,
     INELIGIBLE_REPLICA_ADDED_TO_ISR, LEADER_NOT_IN_ISR, UNFENCED, UNREGISTERED, UNREGISTERED_LEADER_ELECTED,
     UNREGISTERED_REPLICA_ADDED_TO_ISR, InvariantChecker, check_events, check_warehouse, warehouse_events)
-from kraftlake.metadata.schemas import metadata_log_schema, registry
+from kraftlake.metadata.tables import metadata_log_schema
+from kraftlake.metadata.schemas import registry
 from kraftlake.storage.deltars import DeltaRsTables
 from kraftlake.storage.tables import controller_log_schema, controller_log_to_arrow, events_to_arrow
 

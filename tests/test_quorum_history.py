@@ -6,7 +6,7 @@ import struct
 from collections import OrderedDict
 
 from kraftlake.storage.ingest import ingest_source
-from kraftlake.cli.runtime import register_views
+from kraftlake.spark.views import register_views
 from kraftlake.storage import Warehouse
 
 RESTARTS = "single-broker-restarts/__cluster_metadata-0"

@@ -22,7 +22,8 @@ from controller_scenarios import RequestLog, core_tables, ingest, isr_change, lo
 from streaming_helpers import committed_batches, controller_command, kill_controller_when, run_controller
 from kraftlake.cli.config import config_from_args
 from kraftlake.storage.ingest import ingest_source
-from kraftlake.cli.runtime import kafka_configs, register_views
+from kraftlake.cli.runtime import kafka_configs
+from kraftlake.spark.views import register_views
 from kraftlake.storage import DeltaRsTables, Warehouse
 from kraftlake.controller.topics import new_topic_id
 from reassign_scenarios import cluster, list_reassignments, reassign

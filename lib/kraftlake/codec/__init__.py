@@ -1,19 +1,8 @@
 """The real Kafka binary format: record batches, metadata records, snapshots, partition directories."""
 
-from kraftlake.codec.logdir import (
-    CorruptLogError,
-    Item,
-    Rejection,
-    decode_buffer,
-    decode_file,
-    decode_partition_dir,
-    decode_snapshot,
-    list_partition_dir,
-    read_partition_dir,
-    read_leader_epoch_checkpoint,
-    read_quorum_state,
-    snapshot_end_offset,
-)
+from kraftlake.codec.logdir import (CorruptLogError, decode_buffer, decode_file, decode_partition_dir, decode_snapshot,
+    list_partition_dir, read_partition_dir, read_leader_epoch_checkpoint, read_quorum_state, snapshot_end_offset)
+from kraftlake.metadata.rejections import Item, Rejection
 from kraftlake.codec.messages import MessageError, decode_message, encode_message
 
 __all__ = [

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from kraftlake.metadata import uuids
-from kraftlake.codec.logdir import RAW_LIMIT, Item, Rejection
+from kraftlake.metadata.rejections import RAW_LIMIT, Item, Rejection
 from kraftlake.metadata.schemas import (INT_RANGES, QUORUM_TRAFFIC, FieldSpec, MessageSpec, StructSpec, is_event_type,
-    registry, table_avro)
-from kraftlake.storage.tables import ENVELOPE_COLUMNS
+    registry)
+from kraftlake.metadata.tables import table_avro
+from kraftlake.metadata.tables import ENVELOPE_COLUMNS
 
 
 EVENT_KEYS = {"type", "version", "timestamp", "data", "offset", "leader_epoch", *ENVELOPE_COLUMNS}

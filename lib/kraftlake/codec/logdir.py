@@ -11,46 +11,18 @@ import mmap
 import os
 import re
 import struct
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Union
+from typing import Iterator
 
 from kraftlake.codec import batches
 from kraftlake.codec.batches import BadRecord, BatchError, RecordBatch
 from kraftlake.codec.messages import MessageError, Reader, decode_message
+from kraftlake.metadata.rejections import RAW_LIMIT, Item, Rejection
 from kraftlake.metadata.schemas import UnknownVersionError, registry
 
 SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
 METADATA_FRAME_VERSION = 1  # MetadataRecordSerde's frame version
-RAW_LIMIT = 1024 * 1024  # raw bytes kept per rejection; the location always points at the whole part
-
-
-@dataclass
-class Rejection:
-    """A part of the input that could not be used."""
-
-    source: str
-    position: int | None
-    offset: int | None
-    error: str  # Kafka's error name where one fits
-    reason: str
-    raw: bytes | None = None
-    raw_length: int | None = None
-    type: str | None = None
-    version: int | None = None
-    unit: str = "byte"  # what position counts: byte (binary files), line (JSON lines), record (Avro)
-
-    def describe(self) -> str:
-        where = self.source
-        if self.position is not None:
-            where += f" at {self.unit} {self.position}"
-        if self.offset is not None:
-            where += f" (offset {self.offset})"
-        return f"{where}: {self.error}: {self.reason}"
-
-
-Item = Union[dict, Rejection]
 
 
 class CorruptLogError(ValueError):

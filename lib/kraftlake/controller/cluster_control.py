@@ -28,10 +28,10 @@ from kraftlake.controller.elections import (MV_DIRECTORIES, Election, change_par
     metadata_version, unclean_election_enabled)
 from kraftlake.image.cluster_image import NO_LEADER, BrokerRegistration, ClusterImage, normalize_uuid
 from kraftlake.image.replay import replay
+from kraftlake.metadata.config import setting
 from kraftlake.controller.replication import broker_failover
 
 SESSION_TIMEOUT = "broker.session.timeout.ms"
-DEFAULT_SESSION_TIMEOUT_MS = 9000  # Kafka's default
 
 METADATA_VERSION = "metadata.version"
 KRAFT_VERSION = "kraft.version"
@@ -274,9 +274,9 @@ def due_leader_balance(state: ControllerState, config: Mapping[str, str], now_ms
     Kafka checks every ``leader.imbalance.check.interval.seconds`` while ``auto.leader.rebalance.enable``
     is true, the first check one interval after the controller took over.
     """
-    if config.get("auto.leader.rebalance.enable", "true").strip().lower() != "true":
+    if setting(config, "auto.leader.rebalance.enable").strip().lower() != "true":
         return False
-    interval = int(config.get("leader.imbalance.check.interval.seconds", "300")) * 1000
+    interval = int(setting(config, "leader.imbalance.check.interval.seconds")) * 1000
     if state.balance_due_ms is None:
         state.balance_due_ms = (state.takeover_ms if state.takeover_ms is not None else now_ms) + interval
     if now_ms < state.balance_due_ms:
@@ -286,7 +286,7 @@ def due_leader_balance(state: ControllerState, config: Mapping[str, str], now_ms
 
 
 def session_timeout_ms(config: Mapping[str, str]) -> int:
-    return int(config.get(SESSION_TIMEOUT, DEFAULT_SESSION_TIMEOUT_MS))
+    return int(setting(config, SESSION_TIMEOUT))
 
 
 def _fresh_session(broker: BrokerRegistration, now_ms: int) -> Session:

@@ -9,8 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from kraftlake.metadata.schemas import error_code, registry
+from kraftlake.metadata.errors import error_code
+from kraftlake.metadata.schemas import registry
 
+
+class Refused(Exception):
+    """A request (or one topic or partition of it) the controller refuses: Kafka's ``ApiException``,
+    its error name and message. Managers raise it where Kafka throws; the response carries both."""
+
+    def __init__(self, error: str, message: str | None = None):
+        super().__init__(message)
+        self.error = error
+        self.message = message
 
 
 @dataclass

@@ -48,6 +48,27 @@ def decide(image: ClusterImage, state: ControllerState, request: dict, ctx: Cont
     return None
 
 
+def handle_request(image: ClusterImage, state: ControllerState, request: dict, ctx: Context,
+                   apply: Callable[[list[dict]], None], starts_term: bool, expire: bool = True) -> Decision | None:
+    """One request the way Kafka's controller meets it: take over the log if this request starts a term,
+    fence the brokers whose sessions expired by its event time, move leaders back to their preferred
+    replicas if a leader-imbalance check is due, then decide it.
+
+    Each step's records go through ``apply`` (replayed into ``image``) before the next step looks at the
+    image, as in Kafka, where they are appended in that order. The decision's own records are the
+    caller's to apply. ``expire=False`` lets a caller that knows no session can have expired yet skip
+    the scan. The shards and the cluster simulator both run requests through here, so they cannot
+    disagree on the order.
+    """
+    if starts_term:
+        cluster_control.take_over(image, state, ctx.now_ms)
+    if expire:
+        apply(cluster_control.expire_sessions(image, state, ctx))
+    if cluster_control.due_leader_balance(state, ctx.config, ctx.now_ms):
+        apply(replication.balance_partition_leaders(image, ctx))
+    return decide(image, state, request, ctx)
+
+
 def merge_responses(parts: list[dict]) -> dict:
     """One response from the shards' answers to a broadcast request, in shard order.
 

@@ -21,6 +21,7 @@ from typing import Callable, Mapping, Sequence
 
 from kraftlake.image.cluster_image import (CONFIG_TOPIC, DIR_MIGRATING, DIR_UNASSIGNED, NO_LEADER, ClusterImage,
     PartitionRegistration)
+from kraftlake.metadata.config import setting
 from kraftlake.metadata.schemas import registry
 
 RECOVERED, RECOVERING = 0, 1  # LeaderRecoveryState
@@ -79,8 +80,7 @@ def default_dir(image: ClusterImage, broker_id: int) -> str:
 def unclean_election_enabled(image: ClusterImage, topic_name: str, config: Mapping[str, str]) -> bool:
     """``unclean.leader.election.enable``: the topic's own config wins over the cluster's."""
     topic_config = image.configs.get((CONFIG_TOPIC, topic_name), {})
-    value = topic_config.get("unclean.leader.election.enable",
-                             config.get("unclean.leader.election.enable", "false"))
+    value = topic_config.get("unclean.leader.election.enable", setting(config, "unclean.leader.election.enable"))
     return str(value).strip().lower() == "true"
 
 

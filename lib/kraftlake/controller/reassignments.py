@@ -30,19 +30,10 @@ entry naming no known topic is answered alike by every shard.
 
 from __future__ import annotations
 
-from kraftlake.controller.decisions import Context, Decision, error_code, response
+from kraftlake.controller.decisions import Context, Decision, Refused, error_code, response
 from kraftlake.controller.elections import (Election, change_partition, default_dir, eligible_replicas,
     metadata_version, unclean_election_enabled)
 from kraftlake.image.cluster_image import ClusterImage, PartitionRegistration, TopicImage
-
-
-class ReassignmentError(Exception):
-    """A partition the request cannot reassign: Kafka's error name and message."""
-
-    def __init__(self, error: str, message: str):
-        super().__init__(message)
-        self.error = error
-        self.message = message
 
 
 def is_reassigning(partition: PartitionRegistration) -> bool:
@@ -67,7 +58,7 @@ def revert(partition: PartitionRegistration) -> tuple[list[int], list[int], bool
     if isr:
         return replicas, isr, False
     if not replicas:
-        raise ReassignmentError("INVALID_REPLICA_ASSIGNMENT",
+        raise Refused("INVALID_REPLICA_ASSIGNMENT",
                                 "Invalid replica assignment: addingReplicas contains all replicas.")
     return replicas, [replicas[0]], True
 
@@ -77,16 +68,16 @@ def validate_assignment(image: ClusterImage, replicas: list[int]) -> None:
     negative id is never registered. Fenced or shutting-down brokers are valid targets: they only
     cannot join the ISR until they are back."""
     if not replicas:
-        raise ReassignmentError("INVALID_REPLICA_ASSIGNMENT",
+        raise Refused("INVALID_REPLICA_ASSIGNMENT",
                                 "The manual partition assignment includes an empty replica list.")
     previous = None
     for broker_id in sorted(replicas):
         if broker_id not in image.brokers:
-            raise ReassignmentError("INVALID_REPLICA_ASSIGNMENT",
+            raise Refused("INVALID_REPLICA_ASSIGNMENT",
                                     f"The manual partition assignment includes broker {broker_id}, "
                                     "but no such broker is registered.")
         if broker_id == previous:
-            raise ReassignmentError("INVALID_REPLICA_ASSIGNMENT",
+            raise Refused("INVALID_REPLICA_ASSIGNMENT",
                                     f"The manual partition assignment includes the broker {broker_id} "
                                     "more than once.")
         previous = broker_id
@@ -109,11 +100,11 @@ def _cancel(image: ClusterImage, topic: TopicImage, partition: PartitionRegistra
             ctx: Context) -> dict | None:
     """``cancelPartitionReassignment``."""
     if not is_reassigning(partition):
-        raise ReassignmentError("NO_REASSIGNMENT_IN_PROGRESS", "No partition reassignment is in progress.")
+        raise Refused("NO_REASSIGNMENT_IN_PROGRESS", "No partition reassignment is in progress.")
     replicas, isr, unclean = revert(partition)
     allow_unclean = unclean_election_enabled(image, topic.name, ctx.config)
     if unclean and not allow_unclean:
-        raise ReassignmentError("INVALID_REPLICA_ASSIGNMENT",
+        raise Refused("INVALID_REPLICA_ASSIGNMENT",
                                 f"Unable to revert partition assignment for {topic.name}:"
                                 f"{partition.partition_id} because it would require an unclean leader election.")
     return change_partition(
@@ -139,16 +130,16 @@ def alter_partition_reassignments(image: ClusterImage, request: dict, ctx: Conte
             index = data["PartitionIndex"]
             try:
                 if topic is None:
-                    raise ReassignmentError("UNKNOWN_TOPIC_OR_PARTITION", f"Unable to find a topic named {name}.")
+                    raise Refused("UNKNOWN_TOPIC_OR_PARTITION", f"Unable to find a topic named {name}.")
                 partition = topic.partitions.get(index)
                 if partition is None:
-                    raise ReassignmentError("UNKNOWN_TOPIC_OR_PARTITION",
+                    raise Refused("UNKNOWN_TOPIC_OR_PARTITION",
                                             f"Unable to find partition {name}:{index}.")
                 if data["Replicas"] is None:
                     change = _cancel(image, topic, partition, ctx)
                 else:
                     change = _change(image, topic, partition, list(data["Replicas"]))
-            except ReassignmentError as e:
+            except Refused as e:
                 partitions.append({"PartitionIndex": index, "ErrorCode": error_code(e.error),
                                    "ErrorMessage": e.message})
                 continue

@@ -18,13 +18,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping
 
-from kraftlake.controller.cluster_control import ControllerState, due_leader_balance, expire_sessions, take_over
-from kraftlake.controller.dispatch import decide, merge_responses
+from kraftlake.controller.cluster_control import ControllerState
+from kraftlake.controller.dispatch import handle_request, merge_responses
 from kraftlake.controller.decisions import Context
 from kraftlake.image.cluster_image import BrokerRegistration, ClusterImage, PartitionRegistration
 from kraftlake.image.replay import replay
-from kraftlake.controller.replication import balance_partition_leaders
-from kraftlake.metadata.schemas import QUORUM_TRAFFIC, error_name, registry
+from kraftlake.metadata.schemas import QUORUM_TRAFFIC, registry
+from kraftlake.metadata.tables import table_keys
+from kraftlake.metadata.errors import error_name
 
 # Records that concern one topic's partitions, by the topic's id; every other event is broadcast,
 # TopicRecord and RemoveTopicRecord included: every shard knows every topic's name (topic configs are
@@ -228,14 +229,10 @@ class _Step:
         if self.unordered:
             _canonical_order(self.image)
             self.unordered = False
-        if not state.in_term:
-            take_over(self.image, state.controller, request["timestamp"])
-            state.in_term = True
         ctx = Context(now_ms=request["timestamp"], offset=request["offset"], config=self.config, owns=self.owns)
-        self.generated(request, expire_sessions(self.image, state.controller, ctx))
-        if due_leader_balance(state.controller, self.config, ctx.now_ms):
-            self.generated(request, balance_partition_leaders(self.image, ctx))
-        decision = decide(self.image, state.controller, request, ctx)
+        decision = handle_request(self.image, state.controller, request, ctx,
+                                  lambda records: self.generated(request, records), starts_term=not state.in_term)
+        state.in_term = True
         if decision is None:
             if self.shard == 0:
                 self.out.add("rejected", "append", request["offset"],
@@ -342,10 +339,6 @@ def response_row(request: dict, response: dict) -> dict:
             "error_message": data.get("ErrorMessage"), "data": data}
 
 
-KEYS = {"partitions": ("topic_id", "partition"), "brokers": ("broker_id",), "topics": ("topic_id",),
-        "configs": ("resource_type", "resource_name", "name")}
-
-
 def merged_responses(outputs: Iterable[Output]) -> list[dict]:
     """One ``responses`` row per request: the shards' answers merged in shard order."""
     by_request: dict[int, list[dict]] = {}
@@ -372,7 +365,7 @@ def apply_outputs(tables: dict[str, dict], outputs: Iterable[Output]) -> None:
         if o.op == "append":
             tables.setdefault(o.table, []).append(o.row)
             continue
-        key = tuple(o.row[k] for k in KEYS[o.table])
+        key = tuple(o.row[k] for k in table_keys(o.table))
         rows = tables.setdefault(o.table, {})
         if o.op == "delete":
             rows.pop(key, None)

@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterable, Iterator, Mapping, TypeVar
 
 from kraftlake.metadata import uuids
-from kraftlake.controller.decisions import Context, Decision, error_code, record, response
+from kraftlake.controller.decisions import Context, Decision, Refused, error_code, record, response
 from kraftlake.controller.elections import (MV_DIRECTORIES, MV_ELR, default_dir, eligible_replicas, metadata_version,
     partition_record_version, supports)
 from kraftlake.image.cluster_image import CONFIG_TOPIC, ClusterImage, normalize_uuid
 from kraftlake.controller.replication import struct_defaults
+from kraftlake.metadata.config import setting
 
 T = TypeVar("T")
 
@@ -31,15 +32,6 @@ MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 _METADATA_TOPIC_ID = uuids.from_bytes(bytes(15) + b"\x01")  # reserved for __cluster_metadata
 _TOPIC_CONFIG_SOURCE = 1  # DescribeConfigs ConfigSource TOPIC_CONFIG
-
-
-class Refused(Exception):
-    """A per-topic error: Kafka's ``ApiException`` with its error name and message."""
-
-    def __init__(self, error: str, message: str | None = None):
-        super().__init__(message)
-        self.error = error
-        self.message = message
 
 
 # --- names ----------------------------------------------------------------------------------------
@@ -310,8 +302,8 @@ def _topic_partitions(image: ClusterImage, topic: dict, placer: StripedPlacer,
                       "Replication factor must be larger than 0, or -1 to use the default value.")
     if topic["NumPartitions"] < -1 or topic["NumPartitions"] == 0:
         raise Refused("INVALID_PARTITIONS", "Number of partitions was set to an invalid non-positive value.")
-    count = int(config.get("num.partitions", 1)) if topic["NumPartitions"] == -1 else topic["NumPartitions"]
-    replication_factor = (int(config.get("default.replication.factor", 1)) if topic["ReplicationFactor"] == -1
+    count = int(setting(config, "num.partitions")) if topic["NumPartitions"] == -1 else topic["NumPartitions"]
+    replication_factor = (int(setting(config, "default.replication.factor")) if topic["ReplicationFactor"] == -1
                           else topic["ReplicationFactor"])
     return _place_all(placer, image, count, replication_factor)
 
@@ -463,7 +455,7 @@ def delete_topics(image: ClusterImage, request: dict, ctx: Context) -> Decision:
     targets = _deletion_targets(body, version)
     dup_names = _duplicates([n for n, i in targets if n is not None and i == uuids.ZERO_UUID])
     dup_ids = _duplicates([i for n, i in targets if n is None and i != uuids.ZERO_UUID])
-    enabled = str(ctx.config.get("delete.topic.enable", "true")).strip().lower() == "true"
+    enabled = setting(ctx.config, "delete.topic.enable").strip().lower() == "true"
     records, results = [], []
     for target in _first_of_each(targets, lambda t: t):
         name, topic_id, error, message = _deletion(image, *target, dup_names, dup_ids, enabled, version)

@@ -18,6 +18,7 @@ import os
 import re
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
@@ -29,11 +30,13 @@ __all__ = [
     "ConfigWarning",
     "ENGINES",
     "default_properties_path",
+    "defaults",
     "load_config",
     "load_layers",
     "parse_override",
     "parse_properties",
     "read_properties",
+    "setting",
 ]
 
 #: Storage engines ``kraftlake.engine`` may name.
@@ -170,6 +173,19 @@ def _shipped_defaults() -> tuple[dict[str, str], str]:
     resource = resources.files("kraftlake").joinpath(_PACKAGED_DEFAULTS)
     label = f"kraftlake/{_PACKAGED_DEFAULTS} (packaged defaults)"
     return parse_properties(resource.read_text(encoding="utf-8"), label), label
+
+
+@lru_cache(maxsize=1)
+def defaults() -> Mapping[str, str]:
+    """The shipped defaults: the one place a setting's default value is written. The pure core reads a
+    Kafka config's default here when the configs it was handed leave it out."""
+    return MappingProxyType(_shipped_defaults()[0])
+
+
+def setting(config: Mapping[str, str], key: str) -> str:
+    """``key`` from ``config``, else its shipped default (a key with neither is a bug: KeyError)."""
+    value = config.get(key)
+    return defaults()[key] if value is None else value
 
 
 # --------------------------------------------------------------------------------------------

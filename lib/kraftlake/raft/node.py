@@ -31,7 +31,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, NamedTuple
 
-from kraftlake.metadata.schemas import error_code
+from kraftlake.metadata.config import defaults
+from kraftlake.metadata.errors import error_code
 
 UNATTACHED = "unattached"
 VOTED = "voted"
@@ -72,15 +73,20 @@ KAFKA_CONFIG_FIELDS = ("election_timeout_ms", "election_jitter_max_ms", "electio
                        "request_timeout_ms", "retry_backoff_ms", "append_interval_ms")
 
 
+def _default(name: str) -> int:
+    """A RaftConfig field's default: its Kafka config's value in the shipped defaults."""
+    return int(defaults()[_CONFIG_KEYS[name]])
+
+
 @dataclass(frozen=True)
 class RaftConfig:
-    election_timeout_ms: int = 1000
+    election_timeout_ms: int = field(default_factory=lambda: _default("election_timeout_ms"))
     # Kafka draws the election timeout uniformly from [T, 2T): the jitter defaults to T.
     election_jitter_max_ms: int | None = None
-    election_backoff_max_ms: int = 1000
-    fetch_timeout_ms: int = 2000
-    request_timeout_ms: int = 2000
-    retry_backoff_ms: int = 20
+    election_backoff_max_ms: int = field(default_factory=lambda: _default("election_backoff_max_ms"))
+    fetch_timeout_ms: int = field(default_factory=lambda: _default("fetch_timeout_ms"))
+    request_timeout_ms: int = field(default_factory=lambda: _default("request_timeout_ms"))
+    retry_backoff_ms: int = field(default_factory=lambda: _default("retry_backoff_ms"))
     # How long a follower waits to fetch again after an empty fetch: stands in for the leader holding
     # the fetch (Kafka's long poll, MaxWaitMs), which a sans-IO node cannot do.
     fetch_interval_ms: int = 50

@@ -29,7 +29,9 @@ from kraftlake.codec.logdir import decode_buffer
 from kraftlake.codec.writer import encode_events
 from kraftlake.codec.events import json_bytes
 from kraftlake.raft.node import LEADER, NO_LEADER, RaftConfig, RaftLog, RaftNode, record
-from kraftlake.metadata.schemas import QUORUM_TRAFFIC, error_code, error_name, registry
+from kraftlake.metadata.schemas import QUORUM_TRAFFIC, registry
+from kraftlake.metadata.tables import table_keys
+from kraftlake.metadata.errors import error_code, error_name
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"  # Kafka's Uuid.METADATA_TOPIC_ID (0, 1)
@@ -378,11 +380,8 @@ def replay_quorum(events: Iterable[Mapping], properties: Mapping[str, str] | Non
     tables: dict[str, Any] = {"quorum_state": {}, "quorum_replicas": {}, **appended}
     for replica in replicas.values():
         for table, row in replica.state_rows():
-            tables[table][tuple(row[k] for k in QUORUM_KEYS[table])] = row
+            tables[table][tuple(row[k] for k in table_keys(table))] = row
     return tables, replicas
 
-
-QUORUM_KEYS = {"quorum_state": ("replica_id",), "quorum_replicas": ("leader_id", "replica_id")}
-
-__all__ = ["METADATA_TOPIC_ID", "QUORUM_KEYS", "Replica", "advance", "is_quorum_event",
+__all__ = ["METADATA_TOPIC_ID", "Replica", "advance", "is_quorum_event",
            "parse_voters", "raft_config", "replay_quorum", "to_kafka", "to_node_message", "traffic_event"]

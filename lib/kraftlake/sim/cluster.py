@@ -33,18 +33,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 from kraftlake.metadata import uuids
-from kraftlake.controller.cluster_control import (ControllerState, due_leader_balance, expire_sessions,
-    session_timeout_ms, take_over)
-from kraftlake.controller.dispatch import decide
+from kraftlake.controller.cluster_control import ControllerState, session_timeout_ms
+from kraftlake.controller.dispatch import handle_request
 from kraftlake.controller.decisions import Context
 from kraftlake.image.cluster_image import NO_LEADER, BrokerRegistration, ClusterImage, PartitionRegistration
 from kraftlake.image.replay import replay
-from kraftlake.controller.replication import balance_partition_leaders
-from kraftlake.metadata.schemas import error_name
+from kraftlake.metadata.config import setting
+from kraftlake.metadata.errors import error_name
 
 START_MS = 1_763_550_000_000
 HEARTBEAT_INTERVAL = "broker.heartbeat.interval.ms"
-DEFAULT_HEARTBEAT_INTERVAL_MS = 2000  # Kafka's default
 ZERO_UUID = uuids.from_bytes(bytes(16))
 MAX_METADATA_VERSION = 25  # what the simulated brokers say they support (4.0-IV3)
 
@@ -167,7 +165,7 @@ class _Bag:
 
 
 class ControllerMirror:
-    """The controller's decisions on one image, in the order ``shards._Step.request`` takes them.
+    """The controller's decisions on one image, through the same ``dispatch.handle_request`` as the shards.
 
     ``on_partition`` / ``on_broker`` see every (before, after) change the generated records make.
     """
@@ -187,16 +185,17 @@ class ControllerMirror:
         """Decide ``request`` (an ADR 0001 event with every field of its version), apply the records;
         the response."""
         now = request["timestamp"]
-        if not self.in_term:
-            take_over(self.image, self.state, now)
-            self.in_term = True
         ctx = Context(now_ms=now, offset=request["offset"], config=self.config)
-        if self.expiry_bound is None or now > self.expiry_bound:
-            self._apply(expire_sessions(self.image, self.state, ctx), request)
-            self.expiry_bound = self._earliest_deadline(now)
-        if due_leader_balance(self.state, self.config, now):
-            self._apply(balance_partition_leaders(self.image, ctx), request)
-        decision = decide(self.image, self.state, request, ctx)
+        expire = self.expiry_bound is None or now > self.expiry_bound
+
+        def apply(records: list[dict]) -> None:
+            self._apply(records, request)
+            if expire:  # the expiry step: no session can expire before this bound, until it passes
+                self.expiry_bound = self._earliest_deadline(now)
+
+        decision = handle_request(self.image, self.state, request, ctx, apply, starts_term=not self.in_term,
+                                  expire=expire)
+        self.in_term = True
         if decision is None:
             raise ValueError(f"the controller does not decide {request['type']}")
         self._apply(decision.records, request)
@@ -255,7 +254,7 @@ class ClusterSimulator:
                  config: Mapping[str, str] | None = None, first_offset: int = 0):
         self.options = o = options
         self.config = dict(config or {})
-        self.interval = int(self.config.get(HEARTBEAT_INTERVAL, DEFAULT_HEARTBEAT_INTERVAL_MS))
+        self.interval = int(setting(self.config, HEARTBEAT_INTERVAL))
         self.rng = random.Random(o.seed)
         self.core = ControllerMirror(self.config, self._partition_changed, self._broker_changed)
         self.image = self.core.image

@@ -15,29 +15,26 @@ import base64
 import json
 import operator
 import os
-import signal
-import sys
-import threading
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterator, Mapping, TextIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 
 from kraftlake.codec.events import json_bytes
-from kraftlake.spark.quorum_query import QUORUM_TABLES, start_quorum
-from kraftlake.metadata.schemas import StructSpec, metadata_log_schema, registry, table_arrow_schema
-from kraftlake.controller.shards import (KEYS, SKIPPED, TOPIC_SCOPED, Output, ShardState, gc_paused, merged_responses,
+from kraftlake.spark.queries import delete_dir, query_id, start_sink, supervise
+from kraftlake.spark.quorum_query import start_quorum
+from kraftlake.metadata.schemas import StructSpec, registry
+from kraftlake.metadata.tables import (FIXED_COLUMNS, derived_tables, metadata_log_schema, table_arrow_schema, table_keys,
+                                       tables_of)
+from kraftlake.controller.shards import (SKIPPED, TOPIC_SCOPED, Output, ShardState, gc_paused, merged_responses,
     step)
-from kraftlake.storage.tables import FIXED_COLUMNS, controller_log_schema, controller_log_to_arrow, rows_to_arrow
+from kraftlake.storage.tables import controller_log_schema, controller_log_to_arrow, rows_to_arrow
 from kraftlake.storage import Warehouse
 
-STATE_TABLES = ("brokers", "topics", "configs", "partitions")
-APPEND_TABLES = ("partition_history", "rejected")
-DERIVED_TABLES = STATE_TABLES + ("partition_history", "controller_log", "responses") + QUORUM_TABLES
+STATE_TABLES = tables_of("controller", "state")
+# controller_log and responses have row formats of their own (records, merged answers); the sink writes them first
+APPEND_TABLES = tuple(t for t in tables_of("controller", "append") if t not in ("controller_log", "responses"))
 # Rows of these tables (nearly every row the controller writes) leave a shard as one Arrow IPC stream
 # per table and micro-batch, in ``rows`` (op ``arrow``); every other row as JSON in ``row`` (ADR 0004).
 TYPED_TABLES = ("partition_history", "partitions")
@@ -305,7 +302,7 @@ def write_outputs(warehouse: Warehouse, outputs: list[Output] | BatchOutputs,
             warehouse.append(name, _arrow_rows(name, rows), table_arrow_schema(name), txn)
             written[name] = len(rows)
     for name in STATE_TABLES:
-        keys = list(KEYS[name])
+        keys = list(table_keys(name))
         schema = table_arrow_schema(name)
         mine = [o for o in ordered if o.table == name]
         fast = _typed_rows(typed, name)
@@ -329,41 +326,21 @@ def write_outputs(warehouse: Warehouse, outputs: list[Output] | BatchOutputs,
     return written
 
 
-def query_id(checkpoint: str) -> str | None:
-    """The streaming query's id from its checkpoint (stable across restarts of the same checkpoint)."""
-    filesystem, path = pafs.FileSystem.from_uri(_uri(checkpoint))
-    info = filesystem.get_file_info(f"{path}/metadata")
-    if info.type != pafs.FileType.File:
-        return None
-    with filesystem.open_input_stream(f"{path}/metadata") as stream:
-        return json.loads(stream.read().decode().splitlines()[0])["id"]
-
-
-def _uri(path: str) -> str:
-    # as_uri() percent-encodes: a bare "file://" + path is no URI once the path has a space or '#'
-    return path if "://" in path else Path(os.path.abspath(path)).as_uri()
-
-
 def reset(warehouse: Warehouse, checkpoint: str) -> None:
     """Forget the checkpoint, the replay's rejections and every derived table, so the next run replays
     the log from the start. The tables go last: while one is left, ``check_start`` refuses to start, so
     a reset that dies half-way is simply run again."""
-    def delete_dir(target: str) -> None:
-        filesystem, path = pafs.FileSystem.from_uri(_uri(target))
-        if filesystem.get_file_info(path).type != pafs.FileType.NotFound:
-            filesystem.delete_dir(path)
-
     delete_dir(checkpoint)
     if warehouse.exists("rejected"):  # shared with ingest, whose rejections are input and stay
         warehouse.table("rejected").delete("stage = 'replay'")
-    for name in DERIVED_TABLES:
+    for name in derived_tables():
         delete_dir(warehouse.path(name))
 
 
 def check_start(warehouse: Warehouse, checkpoint: str) -> None:
     """Derived tables without a checkpoint would be replayed into twice: refuse with the remedy."""
     if query_id(checkpoint) is None:
-        leftovers = [name for name in DERIVED_TABLES if warehouse.exists(name)]
+        leftovers = [name for name in derived_tables() if warehouse.exists(name)]
         if leftovers:
             raise RuntimeError(
                 f"the checkpoint {checkpoint} is missing but {', '.join(leftovers)} exist: they were built by "
@@ -375,9 +352,8 @@ def check_start(warehouse: Warehouse, checkpoint: str) -> None:
 def start(warehouse: Warehouse, settings: ControllerSettings):
     """Start the controller query; returns the ``StreamingQuery``."""
     check_start(warehouse, settings.checkpoint)
-    for name in STATE_TABLES + APPEND_TABLES + ("responses",):
+    for name in tables_of("controller"):
         warehouse.create_if_missing(name, table_arrow_schema(name))
-    warehouse.create_if_missing("controller_log", controller_log_schema())
     source = warehouse.read_stream("metadata_log", max_records_per_batch=settings.max_records_per_batch)
     from pyspark.sql.streaming.state import GroupStateTimeout
 
@@ -387,67 +363,15 @@ def start(warehouse: Warehouse, settings: ControllerSettings):
                .applyInPandasWithState(shard_function(shards, settings.kafka_config), OUTPUT_SCHEMA, STATE_SCHEMA,
                                        "append",
                                        GroupStateTimeout.NoTimeout))
-    app_id: list[str] = []
-
-    def sink(batch_df: Any, batch_id: int) -> None:
-        if not app_id:
-            app_id.append(f"kraftlake-controller-{query_id(settings.checkpoint)}")
-        write_outputs(warehouse, _outputs_of(batch_df.toArrow()), (app_id[0], batch_id))
-
-    writer = (outputs.writeStream.queryName("kraftlake_controller")
-              .option("checkpointLocation", settings.checkpoint)
-              .foreachBatch(sink))
-    writer = writer.trigger(availableNow=True) if settings.once else \
-        writer.trigger(processingTime=f"{settings.trigger_interval_ms} milliseconds")
-    return writer.start()
+    return start_sink(outputs, "controller", settings.checkpoint, settings.once, settings.trigger_interval_ms,
+                      lambda batch_df, txn: write_outputs(warehouse, _outputs_of(batch_df.toArrow()), txn))
 
 
 def run(warehouse: Warehouse, settings: ControllerSettings, progress_every: float = 10.0,
         out: TextIO | None = None) -> bool:
-    """Run the controller query and the quorum query (``quorum_stream``) until they end (``--once``) or
-    forever, printing progress; False if stopped by a signal.
-
-    SIGINT and SIGTERM only set a flag that the loop checks every second before it stops the query: the
-    driver's main thread is usually inside a py4j call when they arrive, and stopping the query from the
-    handler itself would re-enter py4j (pyspark's own SIGINT handler does, and prints tracebacks). A batch
-    in flight is cut short; the checkpoint and the Delta transactions make the next start finish it.
-    """
-    out = out or sys.stderr
+    """Run the controller query and the quorum query (``quorum_query``) until they end (``--once``) or
+    forever, printing progress; False if stopped by a signal (see ``queries.supervise``)."""
     query = start(warehouse, settings)
     quorum = start_quorum(warehouse, settings.checkpoint, settings.once, settings.kafka_config,
                           settings.max_records_per_batch, settings.trigger_interval_ms)
-    queries = {"controller": query, "quorum": quorum}
-    stop_requested: list[int] = []
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        previous = {sig: signal.signal(sig, lambda signum, frame: stop_requested.append(signum))
-                    for sig in (signal.SIGINT, signal.SIGTERM)}
-    last_batch, last_print = None, -progress_every
-    try:
-        while any(q.isActive for q in queries.values()) and not stop_requested:
-            (query if query.isActive else quorum).awaitTermination(1)
-            if not settings.once and not all(q.isActive for q in queries.values()):
-                break  # one query failed: stop the other and report
-            progress = query.lastProgress
-            quiet = time.monotonic() - last_print < progress_every
-            if progress and progress["batchId"] != last_batch and progress["numInputRows"] and not quiet:
-                last_batch, last_print = progress["batchId"], time.monotonic()
-                end = progress["sources"][0].get("endOffset") if progress.get("sources") else None
-                print(f"[controller] batch {last_batch}: {progress['numInputRows']:,} log rows, "
-                      f"log offset {end}, {progress.get('processedRowsPerSecond', 0):,.0f} rows/s",
-                      file=out, flush=True)
-        if stop_requested:
-            print("[controller] stopping (signal received); restart to continue from the checkpoint",
-                  file=out, flush=True)
-            for q in queries.values():
-                q.stop()
-            return False
-        for name, q in queries.items():
-            if q.exception() is not None:
-                for other in queries.values():
-                    other.stop()
-                raise RuntimeError(f"the {name} query failed: {q.exception()}")
-        return True
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return supervise({"controller": query, "quorum": quorum}, settings.once, progress_every, out)

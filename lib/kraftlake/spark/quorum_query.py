@@ -19,13 +19,13 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator, Mapping
 
-from kraftlake.raft.replica import QUORUM_KEYS, Replica
-from kraftlake.metadata.schemas import QUORUM_TRAFFIC, metadata_log_schema, table_arrow_schema
+from kraftlake.raft.replica import Replica
+from kraftlake.spark.queries import start_sink
+from kraftlake.metadata.schemas import QUORUM_TRAFFIC
+from kraftlake.metadata.tables import metadata_log_schema, table_arrow_schema, table_keys, tables_of
 from kraftlake.storage import Warehouse
 from kraftlake.storage.tables import rows_to_arrow
 
-QUORUM_STATE_TABLES = ("quorum_state", "quorum_replicas")
-QUORUM_TABLES = QUORUM_STATE_TABLES + ("quorum_events",)
 OUTPUT_SCHEMA = "table string, offset long, seq int, row string"
 STATE_SCHEMA = "replica string"
 ENVELOPE = ["offset", "timestamp", "type", "version", "source_id", "destination_id", "correlation_id"]
@@ -89,15 +89,15 @@ def write_quorum_outputs(warehouse: Warehouse, rows: list[tuple[str, int, int, d
     append events and answers."""
     ordered = sorted(rows, key=lambda r: (r[1], r[2]))
     written = {}
-    for name in ("quorum_events", "responses", "rejected"):
+    for name in tables_of("quorum", "append"):
         found = [r[3] for r in ordered if r[0] == name]
         if found:
             warehouse.append(name, rows_to_arrow(name, found), table_arrow_schema(name), txn)
             written[name] = len(found)
-    for name in QUORUM_STATE_TABLES:
-        final = {tuple(r[3][k] for k in QUORUM_KEYS[name]): r[3] for r in ordered if r[0] == name}
+    for name in tables_of("quorum", "state"):
+        final = {tuple(r[3][k] for k in table_keys(name)): r[3] for r in ordered if r[0] == name}
         if final:
-            warehouse.upsert(name, rows_to_arrow(name, list(final.values())), list(QUORUM_KEYS[name]),
+            warehouse.upsert(name, rows_to_arrow(name, list(final.values())), list(table_keys(name)),
                              table_arrow_schema(name), txn)
             written[name] = len(final)
     return written
@@ -108,9 +108,7 @@ def start_quorum(warehouse: Warehouse, checkpoint: str, once: bool, properties: 
     """Start the quorum query (checkpoint: the controller's); returns the ``StreamingQuery``."""
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    from kraftlake.spark.controller_query import query_id
-
-    for name in QUORUM_TABLES + ("responses", "rejected"):
+    for name in tables_of("quorum"):
         warehouse.create_if_missing(name, table_arrow_schema(name))
     present = {f.name for f in metadata_log_schema()}
     columns = ENVELOPE + sorted(t for t in QUORUM_TRAFFIC if t in present)
@@ -119,20 +117,12 @@ def start_quorum(warehouse: Warehouse, checkpoint: str, once: bool, properties: 
     outputs = (traffic(source).groupBy("destination_id")
                .applyInPandasWithState(replica_function(properties), OUTPUT_SCHEMA, STATE_SCHEMA, "append",
                                        GroupStateTimeout.NoTimeout))
-    location = checkpoint_of(checkpoint)
-    app_id: list[str] = []
 
-    def sink(batch_df: Any, batch_id: int) -> None:
-        if not app_id:
-            app_id.append(f"kraftlake-quorum-{query_id(location)}")
+    def write(batch_df: Any, txn: tuple[str, int]) -> None:
         rows = [(r["table"], r["offset"], r["seq"], json.loads(r["row"])) for r in batch_df.toArrow().to_pylist()]
-        write_quorum_outputs(warehouse, rows, (app_id[0], batch_id))
+        write_quorum_outputs(warehouse, rows, txn)
 
-    writer = (outputs.writeStream.queryName("kraftlake_quorum").option("checkpointLocation", location)
-              .foreachBatch(sink))
-    writer = writer.trigger(availableNow=True) if once else \
-        writer.trigger(processingTime=f"{trigger_interval_ms} milliseconds")
-    return writer.start()
+    return start_sink(outputs, "quorum", checkpoint_of(checkpoint), once, trigger_interval_ms, write)
 
 
-__all__ = ["QUORUM_TABLES", "checkpoint_of", "start_quorum", "traffic", "write_quorum_outputs"]
+__all__ = ["checkpoint_of", "start_quorum", "traffic", "write_quorum_outputs"]

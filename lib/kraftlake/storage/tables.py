@@ -11,12 +11,8 @@ from typing import Sequence
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
-from kraftlake.codec.logdir import Rejection
-from kraftlake.metadata.schemas import metadata_log_schema, table_arrow_schema
-
-# The envelope of the quorum's traffic (KIP-595 messages between replicas); null on every other event.
-ENVELOPE_COLUMNS = ("source_id", "destination_id", "correlation_id")
-FIXED_COLUMNS = ("offset", "leader_epoch", "timestamp", "type", "version", "source", "position", *ENVELOPE_COLUMNS)
+from kraftlake.metadata.rejections import Rejection
+from kraftlake.metadata.tables import ENVELOPE_COLUMNS, metadata_log_schema, table_arrow_schema
 
 
 def events_to_arrow(events: Sequence[dict], schema: pa.Schema | None = None) -> pa.RecordBatch:
@@ -58,7 +54,7 @@ def events_to_arrow(events: Sequence[dict], schema: pa.Schema | None = None) -> 
 def controller_log_schema() -> pa.Schema:
     """``controller_log``: ``metadata_log``'s columns (``offset`` = the request that caused the record),
     plus the shard that wrote it and its place among that request's records."""
-    return metadata_log_schema().append(pa.field("shard", pa.int32())).append(pa.field("seq", pa.int32()))
+    return table_arrow_schema("controller_log")
 
 
 def controller_log_to_arrow(rows: Sequence[dict]) -> pa.Table:
