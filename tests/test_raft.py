@@ -6,8 +6,9 @@ test), never computed by the code under test. Jitter is 0 so timeouts land on ex
 
 from __future__ import annotations
 
-from kraftlake.raft.node import (CANDIDATE, FOLLOWER, LEADER, RESIGNED, UNATTACHED, VOTED, LogEntry, RaftConfig,
-    RaftLog, RaftNode, message)
+from kraftlake.raft.node import CANDIDATE, FOLLOWER, LEADER, RESIGNED, UNATTACHED, VOTED, RaftNode, message
+from kraftlake.raft.log import LogEntry, RaftLog
+from kraftlake.raft.config import RaftConfig
 
 CFG = RaftConfig(cluster_id="kraft", election_timeout_ms=1000, election_jitter_max_ms=0,
                  election_backoff_max_ms=1000, fetch_timeout_ms=2000)

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import Any, Iterable, Mapping
 
-from kraftlake.metadata.config import defaults
 from kraftlake.metadata.errors import error_code
+from kraftlake.raft.config import RaftConfig
+from kraftlake.raft.log import LogEntry, RaftLog
 
 UNATTACHED = "unattached"
 VOTED = "voted"
@@ -53,147 +54,6 @@ NOT_LEADER_OR_FOLLOWER = error_code("NOT_LEADER_OR_FOLLOWER")
 INCONSISTENT_CLUSTER_ID = error_code("INCONSISTENT_CLUSTER_ID")
 INCONSISTENT_VOTER_SET = error_code("INCONSISTENT_VOTER_SET")
 INVALID_REQUEST = error_code("INVALID_REQUEST")
-
-_CONFIG_KEYS = {
-    # field: the Kafka config name (`controller.quorum.*`); the seed's `quorum.*` spelling is accepted too.
-    "election_timeout_ms": "controller.quorum.election.timeout.ms",
-    "election_jitter_max_ms": "controller.quorum.election.jitter.max.ms",
-    "election_backoff_max_ms": "controller.quorum.election.backoff.max.ms",
-    "fetch_timeout_ms": "controller.quorum.fetch.timeout.ms",
-    "request_timeout_ms": "controller.quorum.request.timeout.ms",
-    "retry_backoff_ms": "controller.quorum.retry.backoff.ms",
-    "append_interval_ms": "metadata.max.idle.interval.ms",
-    # not Kafka configs: how the sans-IO node stands in for the long poll, and the checker's test hook
-    "fetch_interval_ms": "kraftlake.quorum.fetch.interval.ms",
-    "fetch_max_records": "kraftlake.quorum.fetch.max.records",
-    "unsafe_grant_any_vote": "kraftlake.quorum.unsafe.grant.any.vote",
-}
-# The RaftConfig fields a ReplicaStartup records (Kafka's configs), so that a replay runs the same node.
-KAFKA_CONFIG_FIELDS = ("election_timeout_ms", "election_jitter_max_ms", "election_backoff_max_ms", "fetch_timeout_ms",
-                       "request_timeout_ms", "retry_backoff_ms", "append_interval_ms")
-
-
-def _default(name: str) -> int:
-    """A RaftConfig field's default: its Kafka config's value in the shipped defaults."""
-    return int(defaults()[_CONFIG_KEYS[name]])
-
-
-@dataclass(frozen=True)
-class RaftConfig:
-    election_timeout_ms: int = field(default_factory=lambda: _default("election_timeout_ms"))
-    # Kafka draws the election timeout uniformly from [T, 2T): the jitter defaults to T.
-    election_jitter_max_ms: int | None = None
-    election_backoff_max_ms: int = field(default_factory=lambda: _default("election_backoff_max_ms"))
-    fetch_timeout_ms: int = field(default_factory=lambda: _default("fetch_timeout_ms"))
-    request_timeout_ms: int = field(default_factory=lambda: _default("request_timeout_ms"))
-    retry_backoff_ms: int = field(default_factory=lambda: _default("retry_backoff_ms"))
-    # How long a follower waits to fetch again after an empty fetch: stands in for the leader holding
-    # the fetch (Kafka's long poll, MaxWaitMs), which a sans-IO node cannot do.
-    fetch_interval_ms: int = 50
-    fetch_max_records: int = 100
-    check_quorum_timeout_factor: float = 1.5
-    # The active controller appends a NoOpRecord this often (Kafka's metadata.max.idle.interval.ms, 500 by
-    # default), so that the high watermark moves and followers see a live leader; None: no such appends.
-    append_interval_ms: int | None = None
-    cluster_id: str | None = None
-    seed: int = 0
-    # Test hook for the simulator's checker: break "one vote per epoch" on purpose.
-    unsafe_grant_any_vote: bool = False
-
-    @property
-    def jitter_ms(self) -> int:
-        return self.election_timeout_ms if self.election_jitter_max_ms is None else self.election_jitter_max_ms
-
-    @classmethod
-    def from_properties(cls, props: Mapping[str, str], **overrides: Any) -> RaftConfig:
-        values: dict[str, Any] = {}
-        for name, key in _CONFIG_KEYS.items():
-            for k in (key, key.removeprefix("controller.")):
-                if k in props:
-                    values[name] = props[k].lower() == "true" if name == "unsafe_grant_any_vote" else int(props[k])
-        values.update(overrides)
-        return cls(**values)
-
-    def kafka_configs(self) -> dict[str, str]:
-        """The Kafka configs this node runs with, by Kafka's names (what a ReplicaStartup records)."""
-        values = {name: getattr(self, name) for name in KAFKA_CONFIG_FIELDS}
-        values.update(election_jitter_max_ms=self.jitter_ms, append_interval_ms=self.append_interval_ms or 0)
-        return {_CONFIG_KEYS[name]: str(v) for name, v in values.items()}
-
-
-class LogEntry(NamedTuple):
-    epoch: int
-    value: Any
-
-
-class RaftLog:
-    """The replicated log as Raft sees it: entries with their leader epoch, offsets from 0 (no snapshots)."""
-
-    def __init__(self, entries: Iterable[LogEntry] = ()) -> None:
-        self.entries: list[LogEntry] = [LogEntry(*e) for e in entries]
-
-    @property
-    def end_offset(self) -> int:
-        return len(self.entries)
-
-    @property
-    def last_epoch(self) -> int:
-        return self.entries[-1].epoch if self.entries else 0
-
-    def epoch_at(self, offset: int) -> int:
-        return self.entries[offset].epoch
-
-    def append(self, epoch: int, value: Any) -> int:
-        if epoch < self.last_epoch:
-            raise ValueError(f"append in epoch {epoch} after epoch {self.last_epoch}")
-        self.entries.append(LogEntry(epoch, value))
-        return len(self.entries) - 1
-
-    def truncate_to(self, offset: int) -> None:
-        del self.entries[offset:]
-
-    def latest_voters(self) -> tuple[tuple[int, ...], int] | None:
-        """The voter set of the last VotersRecord in the log and its offset: a voter change takes effect
-        when it is appended, committed or not (KIP-853's rule, which the seed's AlterQuorum shares)."""
-        for offset in range(len(self.entries) - 1, -1, -1):
-            value = self.entries[offset].value
-            if isinstance(value, dict) and value.get("type") == "VotersRecord":
-                return tuple(sorted(v["VoterId"] for v in value["data"]["Voters"])), offset
-        return None
-
-    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """(epoch, end offset) of the largest epoch <= ``epoch`` in the log (the leader epoch cache's
-        ``endOffsetFor``): its end is where the next epoch starts, or the log end for the last epoch.
-        With no epoch <= ``epoch`` it is (epoch, start of the first epoch); an empty log gives (0, 0)."""
-        if not self.entries:
-            return 0, 0
-        floor_epoch = None
-        for offset, entry in enumerate(self.entries):
-            if entry.epoch > epoch:
-                return (epoch, offset) if floor_epoch is None else (floor_epoch, offset)
-            floor_epoch = entry.epoch
-        return floor_epoch, self.end_offset  # type: ignore[return-value]
-
-    def validate_offset_and_epoch(self, offset: int, epoch: int) -> tuple[bool, int, int]:
-        """``ReplicatedLog.validateOffsetAndEpoch``: (valid, epoch, offset); when not valid, the
-        diverging epoch and the end offset the fetcher must truncate to."""
-        if offset == 0:
-            return True, 0, 0
-        end_epoch, end = self.end_offset_for_epoch(epoch)
-        if end_epoch != epoch or end < offset:
-            return False, end_epoch, end
-        return True, epoch, offset
-
-    def truncate_to_end_offset(self, epoch: int, end_offset: int) -> int:
-        """``ReplicatedLog.truncateToEndOffset``: the follower's side of a DivergingEpoch."""
-        if epoch == 0:
-            truncation = min(end_offset, self.end_offset)
-        else:
-            local_epoch, local_end = self.end_offset_for_epoch(epoch)
-            truncation = min(local_end, end_offset) if local_epoch == epoch else local_end
-        self.truncate_to(truncation)
-        return truncation
-
 
 def message(type_: str, source: int, destination: int, **data: Any) -> dict:
     return {"type": type_, "source": source, "destination": destination, "data": data}

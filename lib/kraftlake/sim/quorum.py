@@ -29,7 +29,9 @@ import random
 from dataclasses import dataclass, field
 
 from kraftlake.raft.replica import Replica, traffic_event
-from kraftlake.raft.node import LEADER, LogEntry, RaftConfig
+from kraftlake.raft.node import LEADER
+from kraftlake.raft.log import LogEntry
+from kraftlake.raft.config import RaftConfig
 
 START_MS = 1_763_550_000_000  # event time of the simulation's first instant
 
