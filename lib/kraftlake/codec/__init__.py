@@ -2,8 +2,8 @@
 
 from kraftlake.codec.logdir import (CorruptLogError, decode_buffer, decode_file, decode_partition_dir, decode_snapshot,
     list_partition_dir, read_partition_dir, read_leader_epoch_checkpoint, read_quorum_state, snapshot_end_offset)
-from kraftlake.metadata.rejections import Item, Rejection
 from kraftlake.codec.messages import MessageError, decode_message, encode_message
+from kraftlake.metadata.rejections import Item, Rejection
 
 __all__ = [
     "CorruptLogError", "Item", "Rejection", "MessageError", "decode_buffer", "decode_file",

@@ -26,10 +26,10 @@ from typing import Mapping
 from kraftlake.controller.decisions import Context, Decision, error_code, record, response
 from kraftlake.controller.elections import (MV_DIRECTORIES, Election, change_partition, eligible_replicas,
     metadata_version, unclean_election_enabled)
+from kraftlake.controller.replication import broker_failover
 from kraftlake.image.cluster_image import NO_LEADER, BrokerRegistration, ClusterImage, normalize_uuid
 from kraftlake.image.replay import replay
 from kraftlake.metadata.config import setting
-from kraftlake.controller.replication import broker_failover
 
 SESSION_TIMEOUT = "broker.session.timeout.ms"
 

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping
 
 from kraftlake.controller.cluster_control import ControllerState
-from kraftlake.controller.dispatch import handle_request, merge_responses
 from kraftlake.controller.decisions import Context
+from kraftlake.controller.dispatch import handle_request, merge_responses
 from kraftlake.image.cluster_image import BrokerRegistration, ClusterImage, PartitionRegistration
 from kraftlake.image.replay import replay
+from kraftlake.metadata.errors import error_name
 from kraftlake.metadata.schemas import QUORUM_TRAFFIC, registry
 from kraftlake.metadata.tables import table_keys
-from kraftlake.metadata.errors import error_name
 
 # Records that concern one topic's partitions, by the topic's id; every other event is broadcast,
 # TopicRecord and RemoveTopicRecord included: every shard knows every topic's name (topic configs are

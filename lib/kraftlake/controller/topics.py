@@ -18,12 +18,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterable, Iterator, Mapping, TypeVar
 
-from kraftlake.metadata import uuids
 from kraftlake.controller.decisions import Context, Decision, Refused, error_code, record, response
 from kraftlake.controller.elections import (MV_DIRECTORIES, MV_ELR, default_dir, eligible_replicas, metadata_version,
     partition_record_version, supports)
-from kraftlake.image.cluster_image import CONFIG_TOPIC, ClusterImage, normalize_uuid
 from kraftlake.controller.replication import struct_defaults
+from kraftlake.image.cluster_image import CONFIG_TOPIC, ClusterImage, normalize_uuid
+from kraftlake.metadata import uuids
 from kraftlake.metadata.config import setting
 
 T = TypeVar("T")

@@ -25,15 +25,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from kraftlake.codec.events import json_bytes
 from kraftlake.codec.logdir import decode_buffer
 from kraftlake.codec.writer import encode_events
-from kraftlake.codec.events import json_bytes
-from kraftlake.raft.node import LEADER, NO_LEADER, RaftNode, record
-from kraftlake.raft.config import RaftConfig
-from kraftlake.raft.log import RaftLog
+from kraftlake.metadata.errors import error_code, error_name
 from kraftlake.metadata.schemas import QUORUM_TRAFFIC, registry
 from kraftlake.metadata.tables import table_keys
-from kraftlake.metadata.errors import error_code, error_name
+from kraftlake.raft.config import RaftConfig
+from kraftlake.raft.log import RaftLog
+from kraftlake.raft.node import LEADER, NO_LEADER, RaftNode, record
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"  # Kafka's Uuid.METADATA_TOPIC_ID (0, 1)

@@ -28,10 +28,10 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
-from kraftlake.raft.replica import Replica, traffic_event
-from kraftlake.raft.node import LEADER
-from kraftlake.raft.log import LogEntry
 from kraftlake.raft.config import RaftConfig
+from kraftlake.raft.log import LogEntry
+from kraftlake.raft.node import LEADER
+from kraftlake.raft.replica import Replica, traffic_event
 
 START_MS = 1_763_550_000_000  # event time of the simulation's first instant
 

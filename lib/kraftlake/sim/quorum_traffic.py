@@ -19,11 +19,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from kraftlake.codec.writer import write_partition_dir
 from kraftlake.codec.events import json_bytes
-from kraftlake.storage.ingest import ingest_source
-from kraftlake.sim.quorum import SimConfig, SimResult, Simulation
+from kraftlake.codec.writer import write_partition_dir
 from kraftlake.raft.node import LEADER
+from kraftlake.sim.quorum import SimConfig, SimResult, Simulation
+from kraftlake.storage.ingest import ingest_source
 
 
 def committed_events(result: SimResult) -> list[dict]:

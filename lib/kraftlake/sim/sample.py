@@ -12,8 +12,8 @@ import json
 import random
 from pathlib import Path
 
-from kraftlake.metadata import uuids
 from kraftlake.codec.writer import write_partition_dir
+from kraftlake.metadata import uuids
 
 START_MS = 1_763_550_000_000  # 2025-11-19T11:00:00Z
 BROKERS = (1, 2, 3)

@@ -22,15 +22,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kraftlake.codec.events import json_bytes
-from kraftlake.spark.queries import delete_dir, query_id, start_sink, supervise
-from kraftlake.spark.quorum_query import start_quorum
+from kraftlake.controller.shards import (SKIPPED, TOPIC_SCOPED, Output, ShardState, gc_paused, merged_responses,
+    step)
 from kraftlake.metadata.schemas import StructSpec, registry
 from kraftlake.metadata.tables import (FIXED_COLUMNS, derived_tables, metadata_log_schema, table_arrow_schema, table_keys,
                                        tables_of)
-from kraftlake.controller.shards import (SKIPPED, TOPIC_SCOPED, Output, ShardState, gc_paused, merged_responses,
-    step)
-from kraftlake.storage.tables import controller_log_schema, controller_log_to_arrow, rows_to_arrow
+from kraftlake.spark.queries import delete_dir, query_id, start_sink, supervise
+from kraftlake.spark.quorum_query import start_quorum
 from kraftlake.storage import Warehouse
+from kraftlake.storage.tables import controller_log_schema, controller_log_to_arrow, rows_to_arrow
 
 STATE_TABLES = tables_of("controller", "state")
 # controller_log and responses have row formats of their own (records, merged answers); the sink writes them first

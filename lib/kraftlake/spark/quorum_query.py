@@ -19,10 +19,10 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator, Mapping
 
-from kraftlake.raft.replica import Replica
-from kraftlake.spark.queries import start_sink
 from kraftlake.metadata.schemas import QUORUM_TRAFFIC
 from kraftlake.metadata.tables import metadata_log_schema, table_arrow_schema, table_keys, tables_of
+from kraftlake.raft.replica import Replica
+from kraftlake.spark.queries import start_sink
 from kraftlake.storage import Warehouse
 from kraftlake.storage.tables import rows_to_arrow
 

@@ -23,8 +23,8 @@ import pyarrow as pa
 
 from kraftlake import codec
 from kraftlake.codec import events
-from kraftlake.metadata.rejections import RAW_LIMIT, Item, Rejection
 from kraftlake.codec.logdir import SNAPSHOT_NAME
+from kraftlake.metadata.rejections import RAW_LIMIT, Item, Rejection
 from kraftlake.metadata.tables import metadata_log_schema, table_arrow_schema
 from kraftlake.storage.tables import events_to_arrow, rejections_to_arrow
 
