@@ -1,6 +1,6 @@
 """A deterministic, seeded simulation of a KRaft metadata quorum (KIP-595) in event time.
 
-N voters (and M observers) run as ``kraftlake.raft.node.replica.Replica`` over a network that loses, delays,
+N voters (and M observers) run as ``kraftlake.raft.replica.Replica`` over a network that loses, delays,
 duplicates and reorders messages, is partitioned and healed, and whose replicas crash, shut down
 gracefully (a leader resigns with EndQuorumEpoch) and restart from their durable state (the
 ``quorum-state`` file and the log). After every step the checker asserts Raft's safety properties:
