@@ -13,7 +13,8 @@ set -euo pipefail
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/scripts/venv.sh"
 cd "$KL_ROOT"
 
-export PYTHONPATH="$KL_ROOT/lib${PYTHONPATH:+:$PYTHONPATH}"
+# lib/ for the library; the root for benchmarks/ (the suite tests/test_bench.py runs)
+export PYTHONPATH="$KL_ROOT/lib:$KL_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 # Spark's Python workers must use the venv too, or they import a different pyspark/pyarrow.
 export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$KL_PY}"
 export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$KL_PY}"

@@ -1,58 +1,12 @@
 """Print the records of Kafka metadata log files, one JSON object per line.
 
-Like ``kafka-dump-log.sh --cluster-metadata-decoder``: segments (``*.log``), snapshots
-(``*.checkpoint``) or whole ``__cluster_metadata-0`` directories (newest snapshot, then the records
-after it). Field names are Kafka's, UUIDs in Kafka's text form. Damaged parts are reported on stderr
-with file, byte position and offset, and the dump goes on (``--strict``: stop with exit code 1).
-
-    ./spark-submit.sh jobs/dump.py path/to/00000000000000000000.log
+The job's options and logic are ``kraftlake.cli.dump`` (``--help`` lists them); this file is what
+spark-submit runs.
 """
 
-from __future__ import annotations
-
-import argparse
 import sys
-from pathlib import Path
 
-from kraftlake.metadata.rejections import Rejection
-from kraftlake.storage.ingest import detect_kind, read_source
-from kraftlake.cli.output import json_line
-
-FIELDS = ("offset", "leader_epoch", "timestamp", "type", "version", "data")
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("paths", nargs="+", help="segment, snapshot or partition directory")
-    parser.add_argument("--full-history", action="store_true",
-                        help="for a directory: every segment from its first record, ignoring snapshots")
-    parser.add_argument("--strict", action="store_true", help="stop at the first damaged part (exit 1)")
-    args = parser.parse_args(argv)
-    damaged = 0
-    try:
-        for name in args.paths:
-            path = Path(name)
-            if not path.exists():
-                print(f"dump: {name}: no such file or directory", file=sys.stderr)
-                return 2
-            for item in read_source(path, detect_kind(path), args.full_history):
-                if isinstance(item, Rejection):
-                    damaged += 1
-                    print(f"dump: rejected: {item.describe()}", file=sys.stderr)
-                    if args.strict:
-                        return 1
-                    continue
-                print(json_line({k: item[k] for k in FIELDS}))
-    except BrokenPipeError:  # `| head` closed the pipe: not an error
-        sys.stderr.close()
-        return 0
-    except (OSError, ValueError) as exc:
-        print(f"dump: {exc}", file=sys.stderr)
-        return 2
-    if damaged:
-        print(f"dump: {damaged} damaged part(s) skipped; see the messages above", file=sys.stderr)
-    return 0
-
+from kraftlake.cli.dump import main
 
 if __name__ == "__main__":
     sys.exit(main())

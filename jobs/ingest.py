@@ -1,78 +1,12 @@
 """Ingest Kafka metadata logs and hand-written events into the warehouse's ``metadata_log``.
 
-Sources, in the order given (offsets continue across them):
-  a ``__cluster_metadata-0`` partition directory (newest snapshot, then the segments after it),
-  a segment (``*.log``), a snapshot (``*.checkpoint``), JSON lines (``*.jsonl``), Avro (``*.avro``).
-
-Ingesting the same bytes twice adds nothing. Damaged or invalid parts land in ``rejected`` with
-their location and reason and the ingest goes on; ``--strict`` stops at the first one (exit 1)
-and commits nothing of that source.
-
-    ./spark-submit.sh jobs/ingest.py --warehouse W path/to/__cluster_metadata-0 events.jsonl
+The job's options and logic are ``kraftlake.cli.ingest`` (``--help`` lists them); this file is what
+spark-submit runs.
 """
 
-from __future__ import annotations
-
-import argparse
-import json
 import sys
 
-from kraftlake.cli.config import add_common_arguments, config_from_args
-from kraftlake.storage.ingest import SourceSummary, StrictModeError, ingest
-from kraftlake.cli.runtime import open_warehouse
-
-
-def print_summary(summary: SourceSummary) -> None:
-    if summary.status == "already ingested":
-        print(f"{summary.source} ({summary.kind}): already ingested, nothing added")
-        return
-    span = "no new records" if summary.first_offset is None else \
-        f"offsets {summary.first_offset}..{summary.last_offset}"
-    rate = summary.records / summary.seconds if summary.seconds else 0.0
-    print(f"{summary.source} ({summary.kind}): {summary.records:,} records, {span}, "
-          f"{summary.bytes:,} bytes read, {summary.rejected} rejected, {summary.seconds:.2f} s "
-          f"({rate:,.0f} records/s)")
-    if summary.skipped_existing:
-        print(f"  {summary.skipped_existing:,} records at or below the log end were already in metadata_log")
-    for type_, count in sorted(summary.by_type.items(), key=lambda kv: (-kv[1], kv[0])):
-        print(f"  {type_:<40} {count:>12,}")
-    if summary.quorum_state is not None:
-        print(f"  quorum-state: {json.dumps(summary.quorum_state)}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sources", nargs="+", help="partition directories, segments, snapshots, .jsonl, .avro")
-    parser.add_argument("--full-history", action="store_true",
-                        help="for a directory: read every segment from its first record, ignoring snapshots")
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="summary format")
-    add_common_arguments(parser)
-    args = parser.parse_args(argv)
-    config = config_from_args(args)
-    warehouse = open_warehouse(config, "kraftlake-ingest")
-    printer = print_summary if args.format == "text" else \
-        (lambda s: print(json.dumps(s.as_dict(), default=str)))
-    try:
-        summaries = ingest(warehouse, args.sources, strict=config.get_bool("kraftlake.strict"),
-                           full_history=args.full_history,
-                           batch_records=config.get_int("kraftlake.ingest.batch.records", minimum=1),
-                           on_source=printer)
-    except StrictModeError as exc:
-        print(f"ingest: {exc}; nothing of this source was committed", file=sys.stderr)
-        return 1
-    except (OSError, ValueError) as exc:
-        print(f"ingest: {exc}", file=sys.stderr)
-        return 2
-    rejected = sum(s.rejected for s in summaries)
-    if args.format == "text":
-        records = sum(s.records for s in summaries)
-        print(f"total: {records:,} records from {len(summaries)} source(s) into {warehouse.path('metadata_log')}, "
-              f"{rejected} rejected")
-    if rejected:
-        print(f"ingest: {rejected} bad part(s) written to {warehouse.path('rejected')}; "
-              "query them with jobs/sql.py \"SELECT * FROM rejected\"", file=sys.stderr)
-    return 0
-
+from kraftlake.cli.ingest import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -136,3 +136,32 @@ def test_importing_outside_the_shell_loads_no_spark(group: str) -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", f"importing the {group} loaded {out.stdout.strip()}"
     assert len(wanted) >= 5
+
+
+REPO = LIB.parent
+JOBS = sorted((REPO / "jobs").glob("*.py"))
+
+
+@pytest.mark.parametrize("job", JOBS, ids=lambda p: p.name)
+def test_a_job_only_calls_the_library(job: Path) -> None:
+    """Options and logic live in the library (``kraftlake.cli.<job>``, ``benchmarks``), where tests reach
+    them; a job file is what spark-submit runs, so no job can grow logic another job or a test needs."""
+    wanted = "benchmarks.suite" if job.stem == "bench" else f"kraftlake.cli.{job.stem}"
+    tree = ast.parse(job.read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names} | \
+               {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported - {"sys", "pathlib"} == {wanted}
+    functions = [n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+    assert functions == [], f"{job.name} defines {functions}: that belongs in {wanted}"
+
+
+def test_no_test_reaches_into_jobs() -> None:
+    offenders = []
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        if path.name == Path(__file__).name:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value == "jobs" or \
+                    isinstance(node, ast.Attribute) and node.attr == "spec_from_file_location":
+                offenders.append(f"{path.name}:{node.lineno}")
+    assert not offenders, f"tests reaching into jobs/ (import the kraftlake.cli modules instead): {offenders}"

@@ -3,23 +3,14 @@ PNG. Behaviour only: timings on a shared machine are never asserted."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import struct
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def load_bench():
-    spec = importlib.util.spec_from_file_location("kraftlake_bench_job", REPO / "jobs" / "bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from benchmarks import stats, suite
 
 
 def test_slopes_and_percentiles():
-    bench = load_bench()
+    bench = stats
     assert bench.loglog_slope([10, 100, 1000], [2, 20, 200]) == 1.0
     assert bench.loglog_slope([10, 100, 1000], [1, 100, 10000]) == 2.0
     assert bench.fit([10, 100], [1, 10])["fit"] == "linear"
@@ -31,7 +22,7 @@ def test_slopes_and_percentiles():
 
 
 def test_quick_run_writes_every_section_and_a_png(spark, tmp_path):
-    bench = load_bench()
+    bench = suite
     report_path, chart_path = tmp_path / "report.json", tmp_path / "bench.png"
     assert bench.main(["--quick", "--report", str(report_path), "--chart", str(chart_path),
                        "--workdir", str(tmp_path / "work")]) == 0

@@ -7,9 +7,7 @@ timeout, KIP-841), never against numbers the simulator computes about itself.
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -20,8 +18,7 @@ from kraftlake.controller.shards import replay_log
 from kraftlake.storage import Warehouse
 from kraftlake.storage.tables import rows_to_events
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "jobs"))
-import simulate as simulate_job  # noqa: E402  (jobs/simulate.py)
+from kraftlake.cli import simulate as simulate_job
 
 CONFIG = {"broker.session.timeout.ms": "9000", "broker.heartbeat.interval.ms": "2000"}
 # A busier cluster than the defaults (more crashes and rolling restarts), so that a short log has them.

@@ -6,7 +6,6 @@ import collections
 import json
 import shutil
 import struct
-import sys
 from pathlib import Path
 
 import fastavro
@@ -19,11 +18,9 @@ from kraftlake.storage.deltars import DeltaRsTables
 from kraftlake.storage.tables import rows_to_events
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "jobs"))
-
-import dump as dump_job  # noqa: E402
-import ingest as ingest_job  # noqa: E402
-import sql as sql_job  # noqa: E402
+from kraftlake.cli import dump as dump_job
+from kraftlake.cli import ingest as ingest_job
+from kraftlake.cli import sql as sql_job
 
 SHUTDOWN = "single-broker-shutdown/__cluster_metadata-0"
 RESTARTS = "single-broker-restarts/__cluster_metadata-0"

@@ -4,7 +4,6 @@ purpose are reported at exactly the broken offsets, with the right kind, and not
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,16 +15,15 @@ from kraftlake.codec import read_partition_dir
 from kraftlake.codec.events import check_struct
 from kraftlake.controller.invariants import (CONTROLLED_SHUTDOWN, FENCED, INELIGIBLE_LEADER_ELECTED,
     INELIGIBLE_REPLICA_ADDED_TO_ISR, LEADER_NOT_IN_ISR, UNFENCED, UNREGISTERED, UNREGISTERED_LEADER_ELECTED,
-    UNREGISTERED_REPLICA_ADDED_TO_ISR, InvariantChecker, check_events, check_warehouse, warehouse_events)
+    UNREGISTERED_REPLICA_ADDED_TO_ISR, InvariantChecker, check_events)
+from kraftlake.cli import check as check_job
+from kraftlake.cli.check import check_warehouse, warehouse_events
 from kraftlake.metadata.tables import metadata_log_schema
 from kraftlake.metadata.schemas import registry
 from kraftlake.storage.deltars import DeltaRsTables
 from kraftlake.storage.tables import controller_log_schema, controller_log_to_arrow, events_to_arrow
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "jobs"))
-
-import check as check_job  # noqa: E402
 
 SHUTDOWN = "single-broker-shutdown"
 TS = 1_763_580_879_457

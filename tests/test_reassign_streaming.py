@@ -10,7 +10,6 @@ A partition's state is written ``(replicas, isr, leader, leader epoch, partition
 from __future__ import annotations
 
 import json
-import sys
 from argparse import Namespace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,9 +27,8 @@ from kraftlake.storage import DeltaRsTables, Warehouse
 from kraftlake.controller.topics import new_topic_id
 from reassign_scenarios import cluster, list_reassignments, reassign
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "jobs"))
-import controller as controller_job  # noqa: E402  (jobs/controller.py)
-import reassign as reassign_job  # noqa: E402  (jobs/reassign.py)
+from kraftlake.cli import controller as controller_job
+from kraftlake.cli import reassign as reassign_job
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 START_MS = 1_763_590_000_000

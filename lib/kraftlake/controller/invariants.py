@@ -206,39 +206,3 @@ def controller_order(columns: Iterable[str]) -> tuple[str, list[str]]:
     if "cause_offset" in columns:
         return "cause_offset", ["cause_offset", "offset"]
     return "offset", ["offset", "shard", "seq"]
-
-
-def warehouse_events(root: str, chunk_rows: int = 100_000) -> Iterator[dict]:
-    """The warehouse's log (and ``controller_log`` when it exists) in replay order, read chunk by chunk.
-
-    Chunks follow the Delta files (their offset ranges come from the log's statistics), so memory is
-    bounded by about ``chunk_rows`` rows or one data file, whichever is larger, not by the log.
-    """
-    # Imported here so that the checker itself needs neither pyarrow nor deltalake.
-    from kraftlake.storage.deltars import DeltaRsTables, read_range, split_range
-    from kraftlake.storage.tables import rows_to_events
-
-    tables = DeltaRsTables(root)
-    if not tables.exists(METADATA_LOG):
-        raise FileNotFoundError(f"no {METADATA_LOG} table in {tables.root}")
-    log = tables.table(METADATA_LOG)
-    ends = [tables.max_value(METADATA_LOG, "offset")]
-    controller = tables.table(CONTROLLER_LOG) if tables.exists(CONTROLLER_LOG) else None
-    if controller is not None:
-        cause, order = controller_order(f.name for f in controller.schema().fields)
-        ends.append(tables.max_value(CONTROLLER_LOG, cause))
-    end = max((e for e in ends if e is not None), default=None)
-    if end is None:
-        return
-    for lo, hi in split_range(log, "offset", -1, end, chunk_rows):
-        chunk = rows_to_events(read_range(log, "offset", lo, hi))
-        generated: list[dict] = []
-        if controller is not None:
-            rows = read_range(controller, cause, lo, hi).sort_by([(c, "ascending") for c in order])
-            causes = rows.column(cause).to_pylist()
-            generated = [{**e, "cause_offset": c} for e, c in zip(rows_to_events(rows), causes)]
-        yield from merge_logs(chunk, generated)
-
-
-def check_warehouse(root: str) -> list[Violation]:
-    return list(check_events(warehouse_events(root)))

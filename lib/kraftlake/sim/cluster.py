@@ -32,12 +32,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
-from kraftlake.metadata import uuids
 from kraftlake.controller.cluster_control import ControllerState, session_timeout_ms
-from kraftlake.controller.dispatch import handle_request
 from kraftlake.controller.decisions import Context
+from kraftlake.controller.dispatch import handle_request
 from kraftlake.image.cluster_image import NO_LEADER, BrokerRegistration, ClusterImage, PartitionRegistration
 from kraftlake.image.replay import replay
+from kraftlake.metadata import uuids
 from kraftlake.metadata.config import setting
 from kraftlake.metadata.errors import error_name
 

@@ -3,7 +3,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from kraftlake.storage import Warehouse
+
+
+class QueryError(Exception):
+    """A query Spark refused or could not run, with Spark's message (the CLI shows it, not a JVM trace)."""
+
+
+@contextmanager
+def query_errors() -> Iterator[None]:
+    """Spark's errors inside the block as ``QueryError``, so that callers need not import pyspark."""
+    from pyspark.errors import PySparkException
+
+    try:
+        yield
+    except PySparkException as exc:
+        raise QueryError(str(exc)) from exc
 
 # In the spirit of `kafka-topics.sh --describe`: one line per partition, topics by name. The target of a
 # reassignment is the replicas without the removing ones (KIP-455), in their order.

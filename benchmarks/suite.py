@@ -1,0 +1,225 @@
+"""Measure where the time goes: one command, a JSON report and a PNG chart.
+
+    ./spark-submit.sh jobs/bench.py --report bench-report.json --chart bench.png
+    ./spark-submit.sh jobs/bench.py --quick              # everything at small sizes (a smoke test)
+    ./spark-submit.sh jobs/bench.py --target --report target.json   # 10^7 events, 10^6 partitions
+
+Sections of the report (docs/performance.md says what each number means):
+- ``stages``: decoding, encoding, ingest, the pure core, the raw Delta scan and the Spark job in batch
+  replay (AvailableNow), all on one generated log in one run, and their ratios;
+- ``latency``: micro-batch durations (p50 / p99) and end-to-end lag of the continuous controller while
+  events are appended to ``metadata_log`` at ``--rate`` events/s;
+- ``state``: each shard's serialised state, in the core and in Spark's state store;
+- ``failover``: a broker in every one of ``--failover-partitions`` partitions shuts down or its session
+  expires: the controller's decision, replaying its records, and the whole shard step;
+- ``scaling``: core replay time (a log creating the partitions, then as many changes), state size and
+  failover time from 10^4 to 10^6 partitions, core
+  throughput from 10^5 to 10^6 events (10^7 with ``--events-1e7``), each with its log-log slope;
+- ``profile``: the core replay's hottest functions (cProfile), by cumulative and by own time.
+
+Everything runs in one process on the same machine, so ratios between numbers mean something even
+where absolute times on a shared machine are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterable
+
+from kraftlake.cli.config import add_common_arguments, config_from_args
+from kraftlake.cli.runtime import open_warehouse
+from kraftlake.codec.writer import write_partition_dir
+from kraftlake.controller.shards import replay_log
+from kraftlake.sim.workload import generate
+from kraftlake.spark.controller_query import ControllerSettings, run
+from kraftlake.storage.ingest import ingest_source
+
+from benchmarks.chart import chart
+from benchmarks.continuous import measure_latency
+from benchmarks.core import decode_all, measure_failover, profile_core, scaling, state_sizes
+from benchmarks.stats import chunks, log, timed
+
+# Sizes of a full run and of --quick (which must stay a few seconds of core time: a test runs it).
+FULL = {"events": 1_000_000, "topics": 100, "partitions_per_topic": 100, "failover_partitions": 100_000,
+        "scaling_partitions": [10_000, 100_000, 1_000_000],
+        "scaling_events": [100_000, 1_000_000], "profile_events": 200_000, "rate": 20_000,
+        "latency_seconds": 30, "trigger_ms": 500}
+QUICK = {"events": 3_000, "topics": 10, "partitions_per_topic": 10, "failover_partitions": 2_000,
+         "scaling_partitions": [200, 1_000, 5_000],
+         "scaling_events": [2_000, 10_000], "profile_events": 2_000, "rate": 300,
+         "latency_seconds": 2, "trigger_ms": 100}
+
+
+def write_log_streaming(log_dir: Path, events: Iterable[dict], segment_events: int = 2_000_000,
+                        chunk: int = 100_000) -> tuple[int, int]:
+    """A Kafka partition directory written chunk by chunk, rolling a segment every ``segment_events``
+    (memory stays bounded by a chunk); (events, bytes)."""
+    from kraftlake.codec.writer import encode_events
+
+    log_dir.mkdir(parents=True, exist_ok=True)
+    count = size = 0
+    handle = None
+    try:
+        for part in chunks(events, chunk):
+            if count % segment_events == 0:
+                if handle is not None:
+                    handle.close()
+                handle = open(log_dir / f"{count:020d}.log", "wb")
+            data = encode_events(part, first_offset=count, batch_records=200)
+            handle.write(data)
+            count, size = count + len(part), size + len(data)
+    finally:
+        if handle is not None:
+            handle.close()
+    return count, size
+
+
+def measure_target(config, work: Path, args: argparse.Namespace) -> dict:
+    """The issue's headline: a 10,000,000-event log of a 1,000,000-partition cluster replayed end to end
+    by the Spark job (AvailableNow), against the raw Delta scan of the same log. Nothing holds the log in
+    memory: it is generated into segments chunk by chunk, ingested, scanned and replayed."""
+    events, topics, per_topic = args.target_events, args.target_partitions // 1000, 1000
+    out: dict = {"events": events, "partitions": topics * per_topic, "shards": args.shards,
+                 "max_records_per_batch": args.target_batch}
+    log_dir = work / "target" / "__cluster_metadata-0"
+    shutil.rmtree(work / "target", ignore_errors=True)
+    started = time.perf_counter()
+    count, size = write_log_streaming(log_dir, generate(events, brokers=args.brokers, topics=topics,
+                                                        partitions_per_topic=per_topic))
+    out["generate_and_encode_s"] = round(time.perf_counter() - started, 1)
+    out["log_bytes"] = size
+    log(f"target: {count:,} events, {size / 1e6:,.0f} MB in {out['generate_and_encode_s']} s")
+    warehouse = open_warehouse(config.with_overrides({"kraftlake.warehouse": str(work / "target" / "warehouse")}),
+                               "kraftlake-bench-target")
+    stages: dict = {}
+    timed("ingest into Delta", stages, count, lambda: ingest_source(warehouse, str(log_dir), progress_every=60))
+    scan = lambda: warehouse.read_df("metadata_log").selectExpr("sum(hash(*))").collect()
+    scan()
+    timed("raw Delta scan (Spark)", stages, count, scan)
+    settings = ControllerSettings(shards=args.shards, checkpoint=str(work / "target" / "checkpoint"), once=True,
+                                  max_records_per_batch=args.target_batch)
+    timed("Spark replay (AvailableNow)", stages, count, lambda: run(warehouse, settings, progress_every=60))
+    replay_s = stages["Spark replay (AvailableNow)"]["seconds"]
+    out["stages"] = stages
+    out["spark/raw scan"] = round(stages["Spark replay (AvailableNow)"]["records_per_s"]
+                                  / stages["raw Delta scan (Spark)"]["records_per_s"], 3)
+    out["replay_under_2_min"] = replay_s < 120
+    out["partitions_rows"] = warehouse.read_arrow("partitions", columns=[]).num_rows
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="every section at small sizes (a smoke test)")
+    parser.add_argument("--events", type=int, help=f"events of the stage log (default {FULL['events']:,})")
+    parser.add_argument("--topics", type=int, help=f"default {FULL['topics']}")
+    parser.add_argument("--partitions-per-topic", type=int, help=f"default {FULL['partitions_per_topic']}")
+    parser.add_argument("--brokers", type=int, default=12)
+    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--rate", type=int, help=f"continuous mode input, events/s (default {FULL['rate']:,})")
+    parser.add_argument("--latency-seconds", type=int, help=f"how long to feed it (default {FULL['latency_seconds']})")
+    parser.add_argument("--trigger-ms", type=int, help=f"its trigger interval (default {FULL['trigger_ms']})")
+    parser.add_argument("--failover-partitions", type=int, help=f"default {FULL['failover_partitions']:,}")
+    parser.add_argument("--events-1e7", action="store_true", help="add 10,000,000 events to the scaling series")
+    parser.add_argument("--skip-spark", action="store_true", help="core sections only (no ingest, scan, Spark)")
+    parser.add_argument("--target", action="store_true",
+                        help="only the issue's headline run: --target-events over --target-partitions, end to end")
+    parser.add_argument("--target-events", type=int, default=10_000_000)
+    parser.add_argument("--target-partitions", type=int, default=1_000_000, help="in topics of 1,000 partitions")
+    parser.add_argument("--target-batch", type=int, default=1_000_000, help="max log rows per micro-batch")
+    parser.add_argument("--fixtures", default=str(Path(__file__).resolve().parent.parent.parent / "shared" /
+                                                  "fixtures" / "kafka-logs"))
+    parser.add_argument("--report", default="bench-report.json")
+    parser.add_argument("--chart", default="bench.png")
+    parser.add_argument("--workdir", help="where the generated log and warehouses go (default: a temp dir)")
+    add_common_arguments(parser)
+    args = parser.parse_args(argv)
+    sizes = dict(QUICK if args.quick else FULL)
+    for key in ("events", "topics", "partitions_per_topic", "rate", "latency_seconds", "trigger_ms",
+                "failover_partitions"):
+        if getattr(args, key) is not None:
+            sizes[key] = getattr(args, key)
+    args.events, args.topics, args.partitions_per_topic = sizes["events"], sizes["topics"], sizes["partitions_per_topic"]
+    config = config_from_args(args)
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="kraftlake-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    report: dict = {"machine": f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}",
+                    "quick": args.quick, "events": args.events, "topics": args.topics,
+                    "partitions": args.topics * args.partitions_per_topic, "brokers": args.brokers,
+                    "shards": args.shards, "stages": {}}
+    stages = report["stages"]
+    if args.target:
+        report = {"machine": report["machine"], "target": measure_target(config, work, args)}
+        Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
+        print(json.dumps(report, indent=2))
+        return 0
+
+    fixtures = Path(args.fixtures)
+    for fixture in sorted(fixtures.glob("*/__cluster_metadata-0")) if fixtures.is_dir() else []:
+        size = sum(f.stat().st_size for f in fixture.iterdir() if f.suffix == ".log")
+        count = decode_all(fixture, full_history=True)
+        timed(f"decode fixture {fixture.parent.name}", stages, count,
+              lambda f=fixture: decode_all(f, full_history=True), size)
+
+    events = timed("generate", stages, args.events, lambda: list(generate(
+        args.events, brokers=args.brokers, topics=args.topics, partitions_per_topic=args.partitions_per_topic)))
+    log_dir = work / "__cluster_metadata-0"
+    shutil.rmtree(log_dir, ignore_errors=True)
+    timed("encode (Kafka format)", stages, len(events), lambda: write_partition_dir(log_dir, events, batch_records=200))
+    size = sum(f.stat().st_size for f in log_dir.iterdir())
+    report["log_bytes"] = size
+    timed("decode", stages, len(events), lambda: decode_all(log_dir), size)
+    _, states = timed("core replay", stages, len(events), lambda: replay_log(events, args.shards))
+    core_sizes = state_sizes(states)
+    report["state"] = {"core_bytes_per_shard": core_sizes, "core_bytes_total": sum(core_sizes)}
+    states = None
+    report["profile"] = profile_core(events[:sizes["profile_events"]], args.shards)
+    events = None  # free them before the other stages
+    gc.collect()
+    log(f"profile: top by own time {report['profile']['by_own_time'][0]['function']}")
+
+    report["failover"] = measure_failover(sizes["failover_partitions"], args.brokers, repeats=5, full_step=True)
+    gc.collect()
+    report["scaling"] = scaling(sizes, args)
+
+    if not args.skip_spark:
+        warehouse_dir = work / "warehouse"
+        shutil.rmtree(warehouse_dir, ignore_errors=True)
+        shutil.rmtree(work / "checkpoint", ignore_errors=True)
+        shutil.rmtree(work / "latency-checkpoint", ignore_errors=True)
+        warehouse = open_warehouse(config.with_overrides({"kraftlake.warehouse": str(warehouse_dir)}),
+                                   "kraftlake-bench")
+        timed("ingest into Delta", stages, args.events,
+              lambda: ingest_source(warehouse, str(log_dir), progress_every=30))
+        scan = lambda: warehouse.read_df("metadata_log").selectExpr("sum(hash(*))").collect()
+        # twice, the second timed: the first also pays for starting the Python data source's workers
+        scan()
+        timed("raw Delta scan (Spark)", stages, args.events, scan)
+        settings = ControllerSettings(shards=args.shards, checkpoint=str(work / "checkpoint"), once=True,
+                                      max_records_per_batch=config.get_int("kraftlake.controller.max.records.per.batch"))
+        timed("Spark replay (AvailableNow)", stages, args.events, lambda: run(warehouse, settings, progress_every=30))
+        spark_rate = stages["Spark replay (AvailableNow)"]["records_per_s"]
+        report["ratios"] = {
+            "spark/core": round(spark_rate / stages["core replay"]["records_per_s"], 3),
+            "spark/raw scan": round(spark_rate / stages["raw Delta scan (Spark)"]["records_per_s"], 3),
+            "core/raw scan": round(stages["core replay"]["records_per_s"]
+                                   / stages["raw Delta scan (Spark)"]["records_per_s"], 3),
+        }
+        report["spark_version"] = warehouse.spark.version
+        report["latency"] = measure_latency(config, work, args, sizes)
+        report["state"]["spark_state_store"] = report["latency"]["spark_state"]
+
+    Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
+    chart(report, args.chart)
+    log(f"report: {args.report}, chart: {args.chart}")
+    summary = {k: v for k, v in report.items() if k not in ("profile", "latency", "scaling")}
+    print(json.dumps(summary, indent=2))
+    return 0

@@ -1,0 +1,61 @@
+"""The controller: replay ``metadata_log`` into the state tables as an exactly-once streaming query.
+
+    ./spark-submit.sh jobs/controller.py --warehouse W --once    # batch replay (AvailableNow), then exit
+    ./spark-submit.sh jobs/controller.py --warehouse W           # keep running; new log rows as they land
+
+Replays the log's records and decides its requests (BrokerHeartbeatRequest, CreateTopicsRequest, ...)
+as Kafka's controller would. Writes brokers, topics, configs, partitions (current state),
+partition_history (every change), controller_log (the records the controller generated),
+responses (its answer to each request) and rejected (what does not apply). A second query replays the
+metadata quorum's traffic (VoteRequest, FetchRequest, ... addressed to replicas) into quorum_state,
+quorum_replicas and quorum_events (``kraftlake.spark.quorum_query``). The checkpoints live in
+W/_checkpoints/controller (the quorum query's in its quorum/ folder); kill the job at any point and
+start it again: the tables end as if it had never stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kraftlake.cli.config import add_common_arguments, config_from_args
+from kraftlake.cli.runtime import kafka_configs, open_warehouse
+from kraftlake.spark.controller_query import ControllerSettings, reset, run
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--once", action="store_true", help="process what the log holds now, then exit")
+    parser.add_argument("--shards", type=int, help="controller shards (kraftlake.shards)")
+    parser.add_argument("--max-records-per-batch", type=int,
+                        help="cap on log rows per micro-batch (kraftlake.controller.max.records.per.batch)")
+    parser.add_argument("--checkpoint", help="checkpoint location (default: W/_checkpoints/controller)")
+    parser.add_argument("--reset", action="store_true",
+                        help="delete the checkpoint and the derived tables first, and replay from offset 0")
+    add_common_arguments(parser)
+    args = parser.parse_args(argv)
+    config = config_from_args(args)
+    warehouse = open_warehouse(config, "kraftlake-controller")
+    checkpoint = args.checkpoint or f"{warehouse.root}/_checkpoints/controller"
+    limit = args.max_records_per_batch or config.get_int("kraftlake.controller.max.records.per.batch", minimum=0)
+    settings = ControllerSettings(
+        shards=args.shards or config.get_int("kraftlake.shards", minimum=1), checkpoint=checkpoint,
+        once=args.once, max_records_per_batch=limit or None,
+        trigger_interval_ms=config.get_int("kraftlake.controller.trigger.interval.ms", minimum=0),
+        kafka_config=kafka_configs(config))
+    if args.reset:
+        reset(warehouse, checkpoint)
+    try:
+        finished = run(warehouse, settings)
+    except RuntimeError as exc:
+        print(f"controller: {exc}", file=sys.stderr)
+        return 1
+    if not finished:
+        return 130
+    counts = {name: warehouse.read_arrow(name, columns=[]).num_rows
+              for name in ("brokers", "topics", "partitions", "partition_history", "rejected", "quorum_state",
+                           "quorum_events")
+              if warehouse.exists(name)}
+    print("controller: " + ", ".join(f"{name} {count:,}" for name, count in counts.items()))
+    return 0
+

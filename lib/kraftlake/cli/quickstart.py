@@ -1,0 +1,67 @@
+"""The embedded default: write the sample cluster's metadata log, ingest it, replay it, query it.
+
+Everything runs on this machine: local Spark, Delta tables in a local folder (``warehouse/`` unless
+--warehouse says otherwise), sample data generated in the real Kafka binary format. Running it again
+adds nothing: the ingest and the controller's checkpoint both remember what they did.
+
+    ./spark-submit.sh jobs/quickstart.py
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from kraftlake.cli.config import add_common_arguments, config_from_args
+from kraftlake.cli.ingest import print_summary
+from kraftlake.cli.output import print_table
+from kraftlake.cli.runtime import kafka_configs, open_warehouse
+from kraftlake.sim.sample import write_sample
+from kraftlake.spark.controller_query import ControllerSettings, run
+from kraftlake.spark.views import register_views
+from kraftlake.storage.ingest import ingest
+
+QUERIES = (
+    ("Events in the metadata log, by type",
+     "SELECT type, count(*) AS events, min(offset) AS first_offset, max(offset) AS last_offset "
+     "FROM metadata_log GROUP BY type ORDER BY events DESC"),
+    ("Brokers now", "SELECT broker_id, epoch, fenced, in_controlled_shutdown, rack, listeners FROM brokers "
+                    "ORDER BY broker_id"),
+    ("Partitions whose ISR is smaller than their replica set (kafka-topics.sh --describe style)",
+     "SELECT topic, partition, leader, replicas, isr FROM describe WHERE size(isr) < size(replicas)"),
+    ("Who led orders-1, and with which ISR, at each change (partition_history)",
+     "SELECT offset, timestamp, cause, leader_before, leader, isr_before, isr, leader_epoch "
+     "FROM partition_history WHERE topic = 'orders' AND partition = 1 ORDER BY offset"),
+    ("What if broker 3 shuts down now? The controller's answers to its heartbeats",
+     "SELECT r.offset, r.request_type, m.BrokerHeartbeatRequest.BrokerId AS broker, "
+     "m.BrokerHeartbeatRequest.WantShutDown AS want_shut_down, r.error_name, "
+     "get_json_object(r.data, '$.ShouldShutDown') AS should_shut_down "
+     "FROM responses r JOIN metadata_log m ON m.offset = r.offset ORDER BY r.offset"),
+    ("... and the partitions left offline or under min.insync.replicas",
+     "SELECT d.topic, d.partition, d.leader, d.isr, c.value AS min_insync_replicas FROM describe d "
+     "LEFT JOIN configs c ON c.resource_type = 2 AND c.resource_name = d.topic AND c.name = 'min.insync.replicas' "
+     "WHERE d.leader = -1 OR size(d.isr) < coalesce(CAST(c.value AS INT), 1) ORDER BY d.topic, d.partition"),
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sample-dir", default="sample-data", help="where the sample log is written")
+    add_common_arguments(parser)
+    args = parser.parse_args(argv)
+    config = config_from_args(args)
+    log_dir, what_if = write_sample(args.sample_dir)
+    print(f"sample cluster written to {log_dir}, what-if requests to {what_if}")
+    warehouse = open_warehouse(config, "kraftlake-quickstart", with_spark=True)
+    ingest(warehouse, [str(log_dir), str(what_if)], on_source=print_summary)
+    run(warehouse, ControllerSettings(shards=config.get_int("kraftlake.shards", minimum=1),
+                                      checkpoint=f"{warehouse.root}/_checkpoints/controller", once=True,
+                                      kafka_config=kafka_configs(config)))
+    register_views(warehouse)
+    for title, query in QUERIES:
+        print(f"\n{title}:\n  {query}")
+        frame = warehouse.spark.sql(query)
+        print_table(frame.columns, [tuple(r) for r in frame.collect()])
+    print(f"\nwarehouse: {warehouse.root}\nnext: ./spark-submit.sh jobs/sql.py --warehouse {warehouse.root} "
+          "\"SELECT * FROM describe\"")
+    return 0
+
