@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from kraftlake.codec.events import json_bytes
 from kraftlake.controller.shards import (SKIPPED, TOPIC_SCOPED, Output, ShardState, gc_paused, merged_responses,
     step)
+from kraftlake.metadata.config import defaults
 from kraftlake.metadata.schemas import StructSpec, registry
 from kraftlake.metadata.tables import (FIXED_COLUMNS, derived_tables, metadata_log_schema, table_arrow_schema, table_keys,
                                        tables_of)
@@ -50,7 +51,7 @@ class ControllerSettings:
     checkpoint: str
     once: bool
     max_records_per_batch: int | None = None
-    trigger_interval_ms: int = 1000
+    trigger_interval_ms: int = field(default_factory=lambda: int(defaults()["kraftlake.controller.trigger.interval.ms"]))
     kafka_config: Mapping[str, str] = field(default_factory=dict)  # broker.session.timeout.ms, ...
 
 

@@ -104,7 +104,7 @@ def write_quorum_outputs(warehouse: Warehouse, rows: list[tuple[str, int, int, d
 
 
 def start_quorum(warehouse: Warehouse, checkpoint: str, once: bool, properties: Mapping[str, str],
-                 max_records_per_batch: int | None = None, trigger_interval_ms: int = 1000) -> Any:
+                 max_records_per_batch: int | None, trigger_interval_ms: int) -> Any:
     """Start the quorum query (checkpoint: the controller's); returns the ``StreamingQuery``."""
     from pyspark.sql.streaming.state import GroupStateTimeout
 

@@ -24,6 +24,7 @@ import pyarrow as pa
 from kraftlake import codec
 from kraftlake.codec import events
 from kraftlake.codec.logdir import SNAPSHOT_NAME
+from kraftlake.metadata.config import defaults
 from kraftlake.metadata.rejections import RAW_LIMIT, Item, Rejection
 from kraftlake.metadata.tables import metadata_log_schema, table_arrow_schema
 from kraftlake.storage.tables import events_to_arrow, rejections_to_arrow
@@ -227,7 +228,9 @@ def read_quorum_files(path: Path) -> tuple[list[dict], list[Rejection]]:
 
 
 def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_history: bool = False,
-                  batch_records: int = 50_000, progress_every: float = 5.0) -> SourceSummary:
+                  batch_records: int | None = None, progress_every: float = 5.0) -> SourceSummary:
+    """Ingest one source; ``batch_records`` events per Delta commit (``kraftlake.ingest.batch.records``)."""
+    batch_records = batch_records or int(defaults()["kraftlake.ingest.batch.records"])
     path = Path(source).resolve()
     started = time.monotonic()
     if not path.exists():
@@ -272,7 +275,7 @@ def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_his
 
 
 def ingest(tables: Tables, sources: Iterable[str], *, strict: bool = False, full_history: bool = False,
-           batch_records: int = 50_000, progress_every: float = 5.0,
+           batch_records: int | None = None, progress_every: float = 5.0,
            on_source: Callable[[SourceSummary], None] | None = None) -> list[SourceSummary]:
     """Ingest each source in the order given (offsets continue across them)."""
     summaries = []
