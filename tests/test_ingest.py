@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 import pytest
 
 from kraftlake.codec import events as events_mod
+from kraftlake.codec.writer import write_partition_dir
 from kraftlake.storage import ingest
 from kraftlake.storage.deltars import DeltaRsTables
 from kraftlake.storage.tables import rows_to_events
@@ -224,6 +225,30 @@ def test_dump_prints_one_json_object_per_record(fixtures_dir, capsys):
     topics = {r["data"]["Name"]: r["data"]["TopicId"] for r in records if r["type"] == "TopicRecord"}
     # the oracle's fe0e287f-e4f7-46af-a3af-4f640f1b6314, as Kafka prints it (URL-safe base64)
     assert topics["Retry.TestTopicPatient"] == "_g4of-T3Rq-jr09kDxtjFA"
+
+
+def test_dump_prints_only_the_fields_of_each_records_version(fixtures_dir, tmp_path, capsys):
+    """Kafka's JSON converter writes the fields a version has: a LeaderChangeMessage v0 voter is
+    ``{"VoterId": n}``, v1 adds its directory; RegisterBrokerRecord v1 has neither LogDirs (v3) nor IsMigratingZkBroker (v2)."""
+    assert dump_job.main([str(fixtures_dir / SHUTDOWN / "00000000000000000000.log")]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    leader_change = next(r for r in records if r["type"] == "LeaderChangeMessage")
+    assert leader_change["version"] == 0
+    assert leader_change["data"] == {"Version": 0, "LeaderId": 1, "Voters": [{"VoterId": 1}],
+                                     "GrantingVoters": [{"VoterId": 1}]}
+    directory = "XHhkr4tkSsD900pOQ8pPfg"
+    write_partition_dir(tmp_path / "__cluster_metadata-0", [
+        {"type": "LeaderChangeMessage", "version": 1, "offset": 0, "leader_epoch": 1, "timestamp": 1,
+         "data": {"Version": 1, "LeaderId": 1, "Voters": [{"VoterId": 1, "VoterDirectoryId": directory}],
+                  "GrantingVoters": []}},
+        {"type": "RegisterBrokerRecord", "version": 1, "offset": 1, "leader_epoch": 1, "timestamp": 1,
+         "data": {"BrokerId": 2, "IncarnationId": directory, "BrokerEpoch": 1, "EndPoints": [], "Features": [],
+                  "Rack": None, "Fenced": True}}])
+    assert dump_job.main([str(tmp_path / "__cluster_metadata-0")]) == 0
+    v1, register = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert v1["data"]["Voters"] == [{"VoterId": 1, "VoterDirectoryId": directory}]
+    assert "LogDirs" not in register["data"] and "IsMigratingZkBroker" not in register["data"]
+    assert register["data"]["Fenced"] is True
 
 
 def test_dump_reports_damage_with_its_location_and_strict_fails(fixtures_dir, tmp_path, capsys):

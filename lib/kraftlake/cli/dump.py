@@ -15,7 +15,9 @@ import sys
 from pathlib import Path
 
 from kraftlake.cli.output import json_line
+from kraftlake.codec.messages import as_written
 from kraftlake.metadata.rejections import Rejection
+from kraftlake.metadata.schemas import registry
 from kraftlake.storage.ingest import detect_kind, read_source
 
 FIELDS = ("offset", "leader_epoch", "timestamp", "type", "version", "data")
@@ -42,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
                     if args.strict:
                         return 1
                     continue
-                print(json_line({k: item[k] for k in FIELDS}))
+                print(json_line(_as_dumped(item)))
     except BrokenPipeError:  # `| head` closed the pipe: not an error
         sys.stderr.close()
         return 0
@@ -53,3 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dump: {damaged} damaged part(s) skipped; see the messages above", file=sys.stderr)
     return 0
 
+
+def _as_dumped(item: dict) -> dict:
+    row = {k: item[k] for k in FIELDS}
+    spec = registry().by_name.get(item["type"])
+    if spec is not None and isinstance(item["data"], dict):
+        row["data"] = as_written(spec, item["data"], item["version"])
+    return row

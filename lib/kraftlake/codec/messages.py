@@ -218,6 +218,24 @@ def decode_message(spec: MessageSpec, version: int, buf: bytes | memoryview) -> 
 
 # ---- encoding: the mirror image, used by the sample generator, the simulator and the tests ----
 
+def as_written(spec: StructSpec, data: dict, version: int) -> dict:
+    """Only the fields ``version`` has, at every level: what Kafka's JSON converter prints.
+
+    Decoding fills in a default for every field the version lacks (decisions read one shape for every
+    version); a dump must not, or a LeaderChangeMessage v0 would seem to carry v1's voter directories.
+    """
+    out = {}
+    for f in spec.fields:
+        if version not in f.versions or f.name not in data:
+            continue
+        value = data[f.name]
+        if f.struct is not None and value is not None:
+            value = ([as_written(f.struct, item, version) for item in value] if f.is_array
+                     else as_written(f.struct, value, version))
+        out[f.name] = value
+    return out
+
+
 def _primitive_encoder(ktype: str, flexible: bool, name: str) -> Encoder:
     if ktype in _INT:
         fmt = _INT[ktype]
