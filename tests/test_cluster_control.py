@@ -5,7 +5,6 @@ shutdown compared with what a real Kafka controller wrote."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -14,162 +13,10 @@ from kraftlake.controller.cluster_control import (ControllerState, decide_broker
     decide_unregister_broker, expire_sessions, take_over)
 from kraftlake.codec import read_partition_dir
 from kraftlake.controller.decisions import Context, error_code
-from kraftlake.codec.events import check_struct
 from kraftlake.image.cluster_image import ClusterImage
 from kraftlake.image.replay import replay
-from kraftlake.metadata.schemas import registry
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kafka-logs"
-TS = 1_763_580_879_457
-TIMEOUT = 9000  # broker.session.timeout.ms, Kafka's default
-T1, T2 = (uuids.from_bytes(bytes([n] * 16)) for n in (1, 2))
-CLUSTER = "fPZv1VBsRFmnlRvmGcOW9w"
-MV = 19  # metadata.version 3.7-IV4, as in the real logs
-
-DECIDE = {
-    "BrokerRegistrationRequest": decide_broker_registration,
-    "BrokerHeartbeatRequest": decide_broker_heartbeat,
-    "UnregisterBrokerRequest": decide_unregister_broker,
-}
-VERSIONS = {"BrokerRegistrationRequest": 4, "BrokerHeartbeatRequest": 1, "UnregisterBrokerRequest": 0}
-
-
-def ev(type_: str, version: int = 0, **fields) -> dict:
-    """A record or request with every field of its version, validated like hand-written input."""
-    return {"type": type_, "version": version, "data": check_struct(registry()[type_], fields, version, type_)}
-
-
-def incarnation(n: int) -> str:
-    return uuids.from_bytes(bytes([0xA0 + n] * 16))
-
-
-def can_serve(image: ClusterImage, broker_id: int) -> bool:
-    broker = image.brokers.get(broker_id)
-    return broker is not None and not broker.fenced and not broker.in_controlled_shutdown
-
-
-def check_kip841(before: dict, image: ClusterImage) -> None:
-    """No fenced or shutting-down broker leads or has joined an ISR; leaders are in their ISR."""
-    for p in image.iter_partitions():
-        old = before.get((p.topic_id, p.partition_id))
-        joined = set(p.isr) - (set() if old is None else set(old.isr))
-        assert all(can_serve(image, r) for r in joined), f"ineligible replica joined the ISR: {p}"
-        assert p.leader == -1 or can_serve(image, p.leader), f"ineligible leader: {p}"
-        assert p.leader == -1 or p.leader in p.isr, f"leader outside the ISR: {p}"
-
-
-class Controller:
-    """The shell around the core, in miniature: events in offset order, sessions expired before every
-    request, every record replayed into the image and checked against KIP-841."""
-
-    def __init__(self, metadata_version: int | None = MV, cluster_id: str | None = None, **config: str):
-        self.image = ClusterImage()
-        self.state = ControllerState()
-        self.offset = 0
-        self.now = TS
-        self.cluster_id = cluster_id
-        self.config = {k.replace("_", "."): v for k, v in config.items()}
-        self.records: list[dict] = []  # what the last step wrote
-        if metadata_version is not None:
-            self.log(ev("FeatureLevelRecord", Name="metadata.version", FeatureLevel=metadata_version))
-
-    def ctx(self) -> Context:
-        return Context(now_ms=self.now, offset=self.offset, config=self.config, cluster_id=self.cluster_id)
-
-    def log(self, *records: dict) -> None:
-        """Records another controller wrote (or the test's setup), one offset each."""
-        for rec in records:
-            self.offset += 1
-            self._replay([rec])
-
-    def _replay(self, records: list[dict]) -> None:
-        before = {(p.topic_id, p.partition_id): p for p in self.image.iter_partitions()}
-        for rec in records:
-            result = replay(self.image, {**rec, "offset": self.offset, "leader_epoch": 1, "timestamp": self.now})
-            assert result.rejected is None, (rec, result.rejected)
-        check_kip841(before, self.image)
-
-    def at(self, now: int) -> Controller:
-        assert now >= self.now, "event time only moves forward"
-        self.now = now
-        return self
-
-    def expire(self) -> list[dict]:
-        """A broadcast event with no decision of its own: only the session clock moves."""
-        self.offset += 1
-        self.records = expire_sessions(self.image, self.state, self.ctx())
-        self._replay(self.records)
-        return self.records
-
-    def request(self, type_: str, **fields) -> dict:
-        self.offset += 1
-        expired = expire_sessions(self.image, self.state, self.ctx())
-        self._replay(expired)
-        decision = DECIDE[type_](self.image, self.state, ev(type_, VERSIONS[type_], **fields), self.ctx())
-        assert decision.response["type"] == type_.replace("Request", "Response")
-        assert decision.response["version"] == VERSIONS[type_]
-        self._replay(decision.records)
-        self.records = expired + decision.records
-        return decision.response["data"]
-
-    # --- the requests a broker sends ---
-
-    def register(self, broker_id: int, inc: int = 1, *, cluster: str = CLUSTER, port: int = 9092,
-                 features: list[tuple[str, int, int]] | None = None, **fields) -> dict:
-        if features is None:
-            features = [("metadata.version", 1, MV)]
-        return self.request("BrokerRegistrationRequest", BrokerId=broker_id, ClusterId=cluster,
-                            IncarnationId=incarnation(inc),
-                            Listeners=[{"Name": "PLAINTEXT", "Host": f"b{broker_id}", "Port": port,
-                                        "SecurityProtocol": 0}],
-                            Features=[{"Name": n, "MinSupportedVersion": lo, "MaxSupportedVersion": hi}
-                                      for n, lo, hi in features],
-                            Rack=None, LogDirs=[uuids.from_bytes(bytes([0x70 + broker_id] * 16))], **fields)
-
-    def heartbeat(self, broker_id: int, *, epoch: int | None = None, offset: int | None = None,
-                  fence: bool = False, shutdown: bool = False) -> dict:
-        broker = self.image.brokers.get(broker_id)
-        return self.request("BrokerHeartbeatRequest", BrokerId=broker_id,
-                            BrokerEpoch=broker.epoch if epoch is None else epoch,
-                            CurrentMetadataOffset=self.offset if offset is None else offset,
-                            WantFence=fence, WantShutDown=shutdown)
-
-    def start(self, *broker_ids: int) -> None:
-        """Register and unfence brokers, each caught up at once."""
-        for broker_id in broker_ids:
-            assert self.register(broker_id)["ErrorCode"] == 0
-            assert self.heartbeat(broker_id)["IsFenced"] is False
-
-    def topic(self, topic_id: str, name: str, assignments: list[list[int]],
-              isr: list[list[int]] | None = None, leaders: list[int] | None = None) -> None:
-        records = [ev("TopicRecord", Name=name, TopicId=topic_id)]
-        for pid, replicas in enumerate(assignments):
-            part_isr = replicas if isr is None else isr[pid]
-            records.append(ev("PartitionRecord", 1, TopicId=topic_id, PartitionId=pid, Replicas=replicas,
-                              Isr=part_isr, Leader=part_isr[0] if leaders is None else leaders[pid],
-                              LeaderEpoch=5, PartitionEpoch=10))
-        self.log(*records)
-
-    # --- what the image says ---
-
-    def broker(self, broker_id: int):
-        return self.image.brokers[broker_id]
-
-    def partition(self, topic_id: str, pid: int = 0) -> tuple:
-        p = self.image.partition(topic_id, pid)
-        return p.leader, list(p.isr), p.leader_epoch, p.partition_epoch
-
-    def leads(self, broker_id: int) -> list:
-        return [(p.topic_id, p.partition_id) for p in self.image.iter_partitions() if p.leader == broker_id]
-
-
-def types(records: list[dict]) -> list[str]:
-    return [r["type"] for r in records]
-
-
-def change(broker_id: int, epoch: int, version: int, fenced: int = 0, shutdown: int = 0) -> dict:
-    return ev("BrokerRegistrationChangeRecord", version, BrokerId=broker_id, BrokerEpoch=epoch, Fenced=fenced,
-              **({"InControlledShutdown": shutdown} if version >= 1 else {}))
+from controller_harness import CLUSTER, FIXTURES, MV, T1, TIMEOUT, Controller, change, ev, incarnation, types
 
 
 # --- BrokerRegistrationRequest --------------------------------------------------------------------------

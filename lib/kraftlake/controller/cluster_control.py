@@ -25,18 +25,21 @@ from typing import Mapping
 
 from kraftlake.controller.decisions import Context, Decision, error_code, record, response
 from kraftlake.controller.elections import (MV_DIRECTORIES, Election, change_partition, eligible_replicas,
-    metadata_version, unclean_election_enabled)
+    metadata_version, supports, unclean_election_enabled)
 from kraftlake.controller.replication import broker_failover
 from kraftlake.image.cluster_image import NO_LEADER, BrokerRegistration, ClusterImage, normalize_uuid
 from kraftlake.image.replay import replay
+from kraftlake.metadata import uuids
 from kraftlake.metadata.config import setting
 
 SESSION_TIMEOUT = "broker.session.timeout.ms"
 
 METADATA_VERSION = "metadata.version"
 KRAFT_VERSION = "kraft.version"
-# metadata.version level 3.4-IV0, from which RegisterBrokerRecord is written at v2 (IsMigratingZkBroker).
-MV_ZK_MIGRATION = 8
+# metadata.version levels at which the broker records change (Kafka's MetadataVersion):
+MV_REGISTRATION_CHANGE = 6  # 3.3-IV2: BrokerRegistrationChangeRecord, not Fence/UnfenceBrokerRecord
+MV_CONTROLLED_SHUTDOWN_STATE = 7  # 3.3-IV3: InControlledShutdown persisted; RegisterBrokerRecord v1
+MV_ZK_MIGRATION = 8  # 3.4-IV0: RegisterBrokerRecord v2 (IsMigratingZkBroker)
 # What Kafka assumes of a broker that does not list a finalized feature: metadata.version 1 (the first
 # KRaft level) for metadata.version, level 0 for everything else.
 _UNLISTED_METADATA_VERSION = (1, 1)
@@ -60,7 +63,7 @@ class Session:
     """One broker incarnation's soft state (Kafka's ``BrokerHeartbeatState`` plus its tracker entry)."""
 
     epoch: int
-    contact_ms: int  # event time of the last heartbeat, registration or takeover
+    contact_ms: int | None  # event time of the last heartbeat or takeover; None: never heard from
     registered_offset: int  # offset of the RegisterBrokerRecord the broker must catch up with to be unfenced
     metadata_offset: int = -1  # the broker's last CurrentMetadataOffset
     shutdown_offset: int = -1  # offset of the records that started its controlled shutdown, -1 if none
@@ -116,7 +119,7 @@ def expire_sessions(image: ClusterImage, state: ControllerState, ctx: Context) -
         if broker.fenced:
             continue
         session = _session(state, broker, ctx.now_ms)
-        if _expired(session, timeout, ctx.now_ms):
+        if session.contact_ms is not None and _expired(session, timeout, ctx.now_ms):
             stale.append((session.contact_ms, broker.id))
     records: list[dict] = []
     current = image
@@ -158,12 +161,14 @@ def decide_broker_registration(image: ClusterImage, state: ControllerState, requ
             return refuse("DUPLICATE_BROKER_REGISTRATION")
     if data["IsMigratingZkBroker"]:
         return refuse("BROKER_ID_NOT_REGISTERED")  # Kafka 4 registers no ZooKeeper brokers
+    mv = metadata_version(image)
+    if supports(mv, MV_DIRECTORIES) and _invalid_log_dirs(image, broker_id, data["LogDirs"]) is not None:
+        return refuse("INVALID_REGISTRATION")
     if _unsupported_feature(image, data["Features"]):
         return refuse("UNSUPPORTED_VERSION")
 
     epoch = existing.epoch if same else ctx.offset
-    mv = metadata_version(image)
-    rec_version = 3 if mv is None or mv >= MV_DIRECTORIES else 2 if mv >= MV_ZK_MIGRATION else 1
+    rec_version = _registration_record_version(mv)
     features = list(data["Features"])
     if not any(f["Name"] == METADATA_VERSION for f in features):
         low, high = _UNLISTED_METADATA_VERSION
@@ -176,15 +181,17 @@ def decide_broker_registration(image: ClusterImage, state: ControllerState, requ
         "Features": features,
         "Rack": data["Rack"],
         "Fenced": existing.fenced if same else True,
-        "InControlledShutdown": existing.in_controlled_shutdown if same else False,
+        "InControlledShutdown": existing.in_controlled_shutdown if same and rec_version >= 1 else False,
         "LogDirs": list(data["LogDirs"]) if rec_version >= 3 else [],
     }, rec_version)
 
+    # A registration is no heartbeat: a new incarnation has no session until it heartbeats (Kafka's
+    # tracker has no contact time for it), so another incarnation may still replace it at once.
     session = _known_session(state, existing) if same else None
     if session is not None:
-        session.contact_ms, session.registered_offset = ctx.now_ms, ctx.offset
+        session.registered_offset = ctx.offset
     else:
-        state.sessions[broker_id] = Session(epoch=epoch, contact_ms=ctx.now_ms, registered_offset=ctx.offset)
+        state.sessions[broker_id] = Session(epoch=epoch, contact_ms=None, registered_offset=ctx.offset)
     return Decision([rec], response("BrokerRegistrationResponse",
                                     {"ErrorCode": 0, "BrokerEpoch": epoch}, version))
 
@@ -310,7 +317,8 @@ def _session(state: ControllerState, broker: BrokerRegistration, now_ms: int) ->
 
 
 def _expired(session: Session, timeout_ms: int, now_ms: int) -> bool:
-    return session.contact_ms + timeout_ms < now_ms
+    """Whether the session is no longer valid; one that never began (no contact) is not valid."""
+    return session.contact_ms is None or session.contact_ms + timeout_ms < now_ms
 
 
 def _lowest_active_offset(image: ClusterImage, state: ControllerState) -> int:
@@ -343,22 +351,65 @@ def _unsupported_feature(image: ClusterImage, listed: list[dict]) -> bool:
     return False
 
 
+def _invalid_log_dirs(image: ClusterImage, broker_id: int, log_dirs: list[str]) -> str | None:
+    """Why Kafka refuses a registration's directories (INVALID_REGISTRATION), or None. The reason is
+    Kafka's message; BrokerRegistrationResponse has no field to carry it."""
+    if not log_dirs:
+        return "No directories specified in request"
+    if any(_reserved_directory(d) for d in log_dirs):
+        return "Reserved directory ID in request"
+    if len(set(log_dirs)) != len(log_dirs):
+        return "Duplicate directory ID in request"
+    for other in image.brokers.values():
+        if other.id != broker_id:
+            for directory in log_dirs:
+                if directory in other.directories:
+                    return f"Broker {other.id} is already registered with directory {directory}"
+    return None
+
+
+def _reserved_directory(directory: str) -> bool:
+    """``DirectoryId.reserved``: the first hundred ids (UNASSIGNED, LOST, MIGRATING among them)."""
+    raw = uuids.to_bytes(directory)
+    return raw[:8] == bytes(8) and int.from_bytes(raw[8:], "big") < 100
+
+
+def _registration_record_version(mv: int | None) -> int:
+    """``MetadataVersion.registerBrokerRecordVersion``: each step adds the field its level brought."""
+    if mv is None or mv >= MV_DIRECTORIES:
+        return 3
+    if mv >= MV_ZK_MIGRATION:
+        return 2
+    return 1 if mv >= MV_CONTROLLED_SHUTDOWN_STATE else 0
+
+
 def _change(broker: BrokerRegistration, version: int, **fields: int) -> dict:
     return record("BrokerRegistrationChangeRecord",
                   {"BrokerId": broker.id, "BrokerEpoch": broker.epoch, **fields}, version)
 
 
+def _fencing(image: ClusterImage, broker: BrokerRegistration, fenced: bool) -> dict:
+    """The record that fences or unfences ``broker``: a BrokerRegistrationChangeRecord v0 from
+    metadata.version 3.3-IV2, the older Fence/UnfenceBrokerRecord before it."""
+    mv = metadata_version(image)
+    if mv is not None and mv < MV_REGISTRATION_CHANGE:
+        return record("FenceBrokerRecord" if fenced else "UnfenceBrokerRecord",
+                      {"Id": broker.id, "Epoch": broker.epoch}, 0)
+    return _change(broker, 0, Fenced=_FENCE if fenced else _UNFENCE)
+
+
 def _fence(image: ClusterImage, broker: BrokerRegistration, ctx: Context) -> list[dict]:
-    """Kafka's ``handleBrokerFenced``: the partitions fail over, then the fencing (at v0, as Kafka
-    writes it, even for a broker already fenced)."""
-    return broker_failover(image, broker.id, ctx) + [_change(broker, 0, Fenced=_FENCE)]
+    """Kafka's ``handleBrokerFenced``: the partitions fail over, then the fencing (even for a broker
+    already fenced)."""
+    return broker_failover(image, broker.id, ctx) + [_fencing(image, broker, True)]
 
 
 def _enter_controlled_shutdown(image: ClusterImage, broker: BrokerRegistration, ctx: Context) -> list[dict]:
     """Kafka's ``handleBrokerInControlledShutdown``: the persisted state first (v1, the version that has
-    the field), then the failover."""
-    records = [] if broker.in_controlled_shutdown else [
-        _change(broker, 1, InControlledShutdown=_ENTER_CONTROLLED_SHUTDOWN)]
+    the field; nothing before metadata.version 3.3-IV3, where only the heartbeat manager knows), then
+    the failover."""
+    persisted = broker.in_controlled_shutdown or not supports(metadata_version(image), MV_CONTROLLED_SHUTDOWN_STATE)
+    records = [] if persisted else [_change(broker, 1, InControlledShutdown=_ENTER_CONTROLLED_SHUTDOWN)]
     return records + broker_failover(image, broker.id, ctx)
 
 
@@ -376,7 +427,7 @@ def _unfence(image: ClusterImage, broker: BrokerRegistration, ctx: Context) -> l
     def eligible(replica: int) -> bool:
         return replica == returning or active(replica)
 
-    records = [_change(broker, 0, Fenced=_UNFENCE)]
+    records = [_fencing(image, broker, False)]
     for topic in image.topics.values():
         if not ctx.owns(topic.id):
             continue

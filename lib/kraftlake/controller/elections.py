@@ -19,7 +19,7 @@ import enum
 import functools
 from typing import Callable, Mapping, Sequence
 
-from kraftlake.image.cluster_image import (CONFIG_TOPIC, DIR_MIGRATING, DIR_UNASSIGNED, NO_LEADER, ClusterImage,
+from kraftlake.image.cluster_image import (CONFIG_BROKER, CONFIG_TOPIC, DIR_MIGRATING, DIR_UNASSIGNED, NO_LEADER, ClusterImage,
     PartitionRegistration)
 from kraftlake.metadata.config import setting
 from kraftlake.metadata.schemas import registry
@@ -77,11 +77,25 @@ def default_dir(image: ClusterImage, broker_id: int) -> str:
     return broker.directories[0] if len(broker.directories) == 1 else DIR_UNASSIGNED
 
 
+def topic_config(image: ClusterImage, topic_name: str, key: str, config: Mapping[str, str]) -> str:
+    """A topic config's effective value, looked up as Kafka's controller does
+    (``ConfigurationControlManager.getTopicConfig``): the topic's own config, then the active
+    controller node's dynamic broker config, then the cluster-wide dynamic default
+    (``--entity-default``), then the static config. The active controller is the quorum's leader as
+    the log last named it (LeaderChangeMessage)."""
+    scopes = [(CONFIG_TOPIC, topic_name)]
+    if image.quorum.leader_id >= 0:
+        scopes.append((CONFIG_BROKER, str(image.quorum.leader_id)))
+    scopes.append((CONFIG_BROKER, ""))
+    for scope in scopes:
+        value = image.configs.get(scope, {}).get(key)
+        if value is not None:
+            return value
+    return setting(config, key)
+
+
 def unclean_election_enabled(image: ClusterImage, topic_name: str, config: Mapping[str, str]) -> bool:
-    """``unclean.leader.election.enable``: the topic's own config wins over the cluster's."""
-    topic_config = image.configs.get((CONFIG_TOPIC, topic_name), {})
-    value = topic_config.get("unclean.leader.election.enable", setting(config, "unclean.leader.election.enable"))
-    return str(value).strip().lower() == "true"
+    return topic_config(image, topic_name, "unclean.leader.election.enable", config).strip().lower() == "true"
 
 
 def _complete_reassignment(replicas: list[int], isr: list[int], removing: list[int],

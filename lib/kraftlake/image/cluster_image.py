@@ -161,6 +161,7 @@ class QuorumState:
 
 # ConfigRecord resource types (Kafka's ConfigResource.Type ids).
 CONFIG_TOPIC = 2
+CONFIG_BROKER = 4  # resource name: a node id, or "" for the cluster-wide default (--entity-default)
 
 QuotaEntity = tuple[tuple[str, str | None], ...]  # ((entity type, entity name), ...) sorted
 

@@ -211,6 +211,8 @@ class ControllerMirror:
             session = self.state.sessions.get(broker.id)
             if session is None or session.epoch != broker.epoch:
                 return now  # expire_sessions would start this session: call it again next time
+            if session.contact_ms is None:
+                continue  # never heard from: Kafka's tracker has no contact to expire
             if earliest is None or session.contact_ms < earliest:
                 earliest = session.contact_ms
         return now + self.timeout_ms if earliest is None else max(now, earliest + self.timeout_ms)
