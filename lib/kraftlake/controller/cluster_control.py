@@ -292,6 +292,13 @@ def due_leader_balance(state: ControllerState, config: Mapping[str, str], now_ms
     return True
 
 
+def shutting_down(image: ClusterImage, state: ControllerState) -> frozenset[int]:
+    """Brokers in a controlled shutdown this controller began (its heartbeat soft state), not those
+    the log alone says are shutting down: after a failover Kafka's heartbeat manager starts empty."""
+    return frozenset(broker.id for broker in image.brokers.values()
+                     if (session := _known_session(state, broker)) is not None and session.shutdown_offset >= 0)
+
+
 def session_timeout_ms(config: Mapping[str, str]) -> int:
     return int(setting(config, SESSION_TIMEOUT))
 

@@ -32,6 +32,9 @@ class Context:
     config: Mapping[str, str] = field(default_factory=dict)
     owns: Callable[[str], bool] = lambda topic_id: True
     cluster_id: str | None = None
+    # Brokers the controller's heartbeat soft state has in controlled shutdown (replica placement
+    # skips them, as Kafka's BrokerHeartbeatManager.usableBrokers does)
+    shutting_down: frozenset[int] = frozenset()
 
 
 @dataclass

@@ -10,6 +10,7 @@ Three kinds of requests, by what they touch:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 from kraftlake.controller import cluster_control, reassignments, replication, topics
@@ -40,9 +41,9 @@ def decide(image: ClusterImage, state: ControllerState, request: dict, ctx: Cont
     type_ = request["type"]
     if type_ in BROKER_REQUESTS:
         return BROKER_REQUESTS[type_](image, state, request, ctx)
+    ctx = dataclasses.replace(ctx, shutting_down=cluster_control.shutting_down(image, state))
     if type_ in TOPIC_REQUESTS:
-        everything = Context(ctx.now_ms, ctx.offset, ctx.config, lambda topic_id: True, ctx.cluster_id)
-        return TOPIC_REQUESTS[type_](image, request, everything)
+        return TOPIC_REQUESTS[type_](image, request, dataclasses.replace(ctx, owns=lambda topic_id: True))
     if type_ in PARTITION_REQUESTS:
         return PARTITION_REQUESTS[type_](image, request, ctx)
     return None

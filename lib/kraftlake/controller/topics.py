@@ -111,13 +111,17 @@ class StripedPlacer:
     """Kafka's striped placement: each partition starts on the next rack, takes its leader from an
     unfenced broker there and its followers from the following racks in turn, so replicas spread
     over racks first and brokers second. Fenced brokers only fill follower slots once the unfenced
-    ones of a rack are used up; brokers in controlled shutdown are not used.
+    ones of a rack are used up. Brokers shutting down are not used: those the controller's heartbeat
+    soft state knows as shutting down (``shutting_down``), as Kafka's ``usableBrokers``; a broker
+    whose registration alone says so (a shutdown begun under another controller) is still placed,
+    and kept out of the ISR by KIP-841.
 
     Unlike Kafka's, a reshuffle restarts every rack's round, so a broker cannot be skipped for good.
     """
 
     image: ClusterImage
     rng: random.Random
+    shutting_down: frozenset[int] = frozenset()
     racks: dict[str | None, _Rack] = field(default_factory=dict)
     rack_names: list[str | None] = field(default_factory=list)
     unfenced: int = 0
@@ -128,7 +132,7 @@ class StripedPlacer:
     def __post_init__(self) -> None:
         members: dict[str | None, tuple[list[int], list[int]]] = {}
         for broker in sorted(self.image.brokers.values(), key=lambda b: b.id):
-            if broker.in_controlled_shutdown:
+            if broker.id in self.shutting_down:
                 continue
             unfenced, fenced = members.setdefault(broker.rack, ([], []))
             (fenced if broker.fenced else unfenced).append(broker.id)
@@ -321,7 +325,7 @@ def create_topics(image: ClusterImage, request: dict, ctx: Context) -> Decision:
     version, body = request["version"], request["data"]
     names = [t["Name"] for t in body["Topics"]]
     duplicates = _duplicates(names)
-    placer = StripedPlacer(image, random.Random(ctx.offset))
+    placer = StripedPlacer(image, random.Random(ctx.offset), ctx.shutting_down)
     taken = set(image.topics)
     records, results = [], []
     for topic in _first_of_each(body["Topics"], lambda t: t["Name"]):
@@ -393,7 +397,7 @@ def create_partitions(image: ClusterImage, request: dict, ctx: Context) -> Decis
     """CreatePartitionsRequest v0-3: new partitions for existing topics, never fewer."""
     version, body = request["version"], request["data"]
     duplicates = _duplicates([t["Name"] for t in body["Topics"]])
-    placer = StripedPlacer(image, random.Random(ctx.offset))
+    placer = StripedPlacer(image, random.Random(ctx.offset), ctx.shutting_down)
     records, results = [], []
     for topic in _first_of_each(body["Topics"], lambda t: t["Name"]):
         name = topic["Name"]
