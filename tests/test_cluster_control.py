@@ -96,6 +96,7 @@ def test_a_fenced_broker_that_still_heartbeats_keeps_its_id():
 def test_a_new_incarnation_clears_controlled_shutdown_even_within_the_old_session():
     c = Controller()
     c.start(1, 2)
+    c.topic(T1, "t", [[1, 2]])  # it leads a partition: its shutdown is a controlled one
     c.heartbeat(1, shutdown=True)
     assert c.broker(1).in_controlled_shutdown
     resp = c.register(1, inc=2)  # KAFKA-19047: a broker in controlled shutdown may restart at once
@@ -407,10 +408,11 @@ def test_a_takeover_forgets_the_previous_term():
     c.at(c.now + 10 * TIMEOUT)  # another controller ran the cluster meanwhile
     take_over(c.image, c.state, c.now)
     assert c.expire() == []
-    # Kafka forgets the controlled shutdown's progress too: the next request starts it again.
+    # Kafka forgets the controlled shutdown's progress too: to the new term's heartbeat manager the
+    # broker is simply unfenced, and one that leads nothing asking to shut down is fenced at once.
     resp = c.heartbeat(1, shutdown=True)
-    assert (resp["IsFenced"], resp["ShouldShutDown"]) == (False, False)
-    assert types(c.records) == []  # already persisted, and it leads nothing
+    assert (resp["IsFenced"], resp["ShouldShutDown"]) == (True, True)
+    assert c.records == [change(1, c.broker(1).epoch, 0, fenced=1)]
 
 
 def test_a_fenced_broker_from_the_log_may_register_again_at_once():

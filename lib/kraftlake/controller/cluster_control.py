@@ -235,7 +235,7 @@ def decide_broker_heartbeat(image: ClusterImage, state: ControllerState, request
         if data["WantFence"]:
             nxt = _Next.SHUTDOWN_NOW if data["WantShutDown"] else _Next.FENCED
         elif data["WantShutDown"]:
-            nxt = _Next.CONTROLLED_SHUTDOWN
+            nxt = _Next.CONTROLLED_SHUTDOWN if not ctx.whole_image or _leads_any(image, broker.id) else _Next.SHUTDOWN_NOW
         else:
             nxt = _Next.UNFENCED
 
@@ -248,6 +248,8 @@ def decide_broker_heartbeat(image: ClusterImage, state: ControllerState, request
         else:
             records = _fence(image, broker, ctx)
 
+    if supports(metadata_version(image), MV_DIRECTORIES):
+        records += _directories_offline(image, broker, data["OfflineLogDirs"], ctx)
     fenced = nxt in (_Next.FENCED, _Next.SHUTDOWN_NOW)
     session.contact_ms, session.metadata_offset = ctx.now_ms, offset
     if fenced:
@@ -328,6 +330,10 @@ def _expired(session: Session, timeout_ms: int, now_ms: int) -> bool:
     return session.contact_ms is None or session.contact_ms + timeout_ms < now_ms
 
 
+def _leads_any(image: ClusterImage, broker_id: int) -> bool:
+    return any(p.leader == broker_id for topic in image.topics.values() for p in topic.partitions.values())
+
+
 def _lowest_active_offset(image: ClusterImage, state: ControllerState) -> int:
     """The lowest metadata offset any active broker (unfenced, not shutting down) has reported; a
     broker not heard from this term counts as -1 (Kafka's ``lowestActiveOffset``)."""
@@ -379,6 +385,20 @@ def _reserved_directory(directory: str) -> bool:
     """``DirectoryId.reserved``: the first hundred ids (UNASSIGNED, LOST, MIGRATING among them)."""
     raw = uuids.to_bytes(directory)
     return raw[:8] == bytes(8) and int.from_bytes(raw[8:], "big") < 100
+
+
+def _directories_offline(image: ClusterImage, broker: BrokerRegistration, offline: list[str],
+                         ctx: Context) -> list[dict]:
+    """Kafka's ``handleDirectoriesOffline`` (JBOD, KIP-858): for the directories the heartbeat newly
+    reports offline, the broker leaves the ISR of, and stops leading, every partition whose replica
+    lives there; then its registration keeps only the directories still online
+    (BrokerRegistrationChangeRecord v2). Computed on the image as the heartbeat found it, as Kafka
+    does. A directory reported again, or one the broker never had, changes nothing."""
+    failed = frozenset(d for d in broker.directories if d in offline)
+    if not failed:
+        return []
+    online = [d for d in broker.directories if d not in failed]
+    return broker_failover(image, broker.id, ctx, failed) + [_change(broker, 2, LogDirs=online)]
 
 
 def _registration_record_version(mv: int | None) -> int:

@@ -35,6 +35,9 @@ class Context:
     # Brokers the controller's heartbeat soft state has in controlled shutdown (replica placement
     # skips them, as Kafka's BrokerHeartbeatManager.usableBrokers does)
     shutting_down: frozenset[int] = frozenset()
+    # Whether the image holds every partition (one controller shard). Only then can a decision tell
+    # that a broker leads no partition anywhere (see cluster_control.decide_broker_heartbeat).
+    whole_image: bool = True
 
 
 @dataclass

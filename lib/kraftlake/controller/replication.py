@@ -36,9 +36,11 @@ def topic_election(image: ClusterImage, topic_name: str, ctx: Context) -> Electi
     return Election.UNCLEAN if unclean_election_enabled(image, topic_name, ctx.config) else Election.ONLINE
 
 
-def broker_failover(image: ClusterImage, broker_id: int, ctx: Context) -> list[dict]:
+def broker_failover(image: ClusterImage, broker_id: int, ctx: Context,
+                    directories: frozenset[str] | None = None) -> list[dict]:
     """The PartitionChangeRecords that take ``broker_id`` out of every ISR it is in and move its
-    leaderships (Kafka's ``generateLeaderAndIsrUpdates`` for a fenced or shutting-down broker).
+    leaderships (Kafka's ``generateLeaderAndIsrUpdates`` for a fenced or shutting-down broker), or
+    only of the partitions whose replica on it lives in one of ``directories`` (a JBOD failure).
 
     The broker is excluded explicitly rather than through the image, because Kafka writes these
     records before the one that fences it. Partitions it is not in the ISR of cannot change: it leads
@@ -55,11 +57,20 @@ def broker_failover(image: ClusterImage, broker_id: int, ctx: Context) -> list[d
             for partition in topic.partitions.values():
                 if broker_id not in partition.isr:
                     continue
+                if directories is not None and _directory_of(partition, broker_id) not in directories:
+                    continue
                 change = change_partition(partition, eligible, isr=[r for r in partition.isr if r != broker_id],
                                           election=election, mv=mv)
                 if change is not None:
                     records.append(change)
     return records
+
+
+def _directory_of(partition: PartitionRegistration, broker_id: int) -> str | None:
+    for replica, directory in zip(partition.replicas, partition.directories):
+        if replica == broker_id:
+            return directory
+    return None
 
 
 @contextlib.contextmanager

@@ -229,7 +229,8 @@ class _Step:
         if self.unordered:
             _canonical_order(self.image)
             self.unordered = False
-        ctx = Context(now_ms=request["timestamp"], offset=request["offset"], config=self.config, owns=self.owns)
+        ctx = Context(now_ms=request["timestamp"], offset=request["offset"], config=self.config, owns=self.owns,
+                      whole_image=self.shards == 1)
         decision = handle_request(self.image, state.controller, request, ctx,
                                   lambda records: self.generated(request, records), starts_term=not state.in_term)
         state.in_term = True
