@@ -354,7 +354,8 @@ def test_a_broker_that_comes_back_leads_its_offline_partitions_but_not_its_prefe
         row = story.response(name)
         assert row["error_name"] == "NONE" and story.records(name) == []
         assert row["data"]["ReplicaElectionResults"] == [{"Topic": "audit", "PartitionResult": [
-            {"PartitionId": 0, "ErrorCode": PREFERRED_LEADER_NOT_AVAILABLE, "ErrorMessage": None}]}]
+            {"PartitionId": 0, "ErrorCode": PREFERRED_LEADER_NOT_AVAILABLE,
+             "ErrorMessage": "The preferred leader was not available."}]}]  # Kafka's ApiError(error) default
 
 
 def alter_results(run: Run, name: str) -> dict[tuple[str, int], dict]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from kraftlake.metadata.errors import error_code
+from kraftlake.metadata.errors import api_message, error_code
 from kraftlake.metadata.schemas import registry
 
 
@@ -20,7 +20,7 @@ class Refused(Exception):
     def __init__(self, error: str, message: str | None = None):
         super().__init__(message)
         self.error = error
-        self.message = message
+        self.message = api_message(error, message)  # what the response carries, as ApiError.fromThrowable
 
 
 @dataclass

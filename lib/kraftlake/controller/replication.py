@@ -19,6 +19,7 @@ from kraftlake.controller.elections import (Eligible, Election, change_partition
     unclean_election_enabled)
 from kraftlake.image.cluster_image import NO_LEADER, ClusterImage, PartitionRegistration, TopicImage, normalize_uuid
 from kraftlake.image.partitions import merge
+from kraftlake.metadata.errors import DEFAULT_MESSAGES
 from kraftlake.metadata.schemas import registry
 
 ELECTION_TYPES = {0: Election.PREFERRED, 1: Election.UNCLEAN}
@@ -234,16 +235,17 @@ def _elect_one(image: ClusterImage, topic: TopicImage | None, name: str, partiti
     partition = topic.partitions.get(partition_id)
     if partition is None:
         return "UNKNOWN_TOPIC_OR_PARTITION", f"No such partition as {name}-{partition_id}", None
+    # Kafka answers these with ``new ApiError(error)``, which carries the error's default message.
     if election is Election.PREFERRED:
         if partition.replicas and partition.leader == partition.replicas[0]:
-            return "ELECTION_NOT_NEEDED", None, None
+            return "ELECTION_NOT_NEEDED", DEFAULT_MESSAGES["ELECTION_NOT_NEEDED"], None
     elif partition.leader != NO_LEADER:
-        return "ELECTION_NOT_NEEDED", None, None
+        return "ELECTION_NOT_NEEDED", DEFAULT_MESSAGES["ELECTION_NOT_NEEDED"], None
     change = change_partition(partition, eligible, election=election, mv=mv)
     if change is None:
         unavailable = ("PREFERRED_LEADER_NOT_AVAILABLE" if election is Election.PREFERRED
                        else "ELIGIBLE_LEADERS_NOT_AVAILABLE")
-        return unavailable, None, None
+        return unavailable, DEFAULT_MESSAGES[unavailable], None
     return "NONE", None, change
 
 
