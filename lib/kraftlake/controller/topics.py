@@ -49,7 +49,7 @@ def check_topic_name(image: ClusterImage, name: str) -> None:
         raise Refused("INVALID_TOPIC_EXCEPTION", 'Topic name cannot be "." or ".."')
     if len(name) > MAX_TOPIC_NAME_LENGTH:
         raise Refused("INVALID_TOPIC_EXCEPTION", "Topic name is illegal, it can't be longer than "
-                      f"{MAX_TOPIC_NAME_LENGTH} characters, topic name: {name}")
+                      f"{MAX_TOPIC_NAME_LENGTH} characters, Topic name: {name}")  # Kafka 4's Topic.validate
     if not _LEGAL_TOPIC_NAME.fullmatch(name):
         raise Refused("INVALID_TOPIC_EXCEPTION", f'Topic name "{name}" is illegal, it contains a character '
                       "other than ASCII alphanumerics, '.', '_' and '-'")
