@@ -25,7 +25,7 @@ from typing import Mapping
 
 from kraftlake.controller.decisions import Context, Decision, error_code, record, response
 from kraftlake.controller.elections import (MV_DIRECTORIES, Election, change_partition, eligible_replicas,
-    metadata_version, supports, unclean_election_enabled)
+    elr_enabled, elr_policy, metadata_version, supports, unclean_election_enabled)
 from kraftlake.controller.replication import broker_failover
 from kraftlake.image.cluster_image import NO_LEADER, BrokerRegistration, ClusterImage, normalize_uuid
 from kraftlake.image.replay import replay
@@ -192,8 +192,22 @@ def decide_broker_registration(image: ClusterImage, state: ControllerState, requ
         session.registered_offset = ctx.offset
     else:
         state.sessions[broker_id] = Session(epoch=epoch, contact_ms=None, registered_offset=ctx.offset)
-    return Decision([rec], response("BrokerRegistrationResponse",
-                                    {"ErrorCode": 0, "BrokerEpoch": epoch}, version))
+    shutdown = [] if same else _previous_incarnation_shutdown(image, existing, broker_id, data, ctx)
+    return Decision(shutdown + [rec], response("BrokerRegistrationResponse",
+                                               {"ErrorCode": 0, "BrokerEpoch": epoch}, version))
+
+
+def _previous_incarnation_shutdown(image: ClusterImage, existing: BrokerRegistration | None, broker_id: int,
+                                   data: dict, ctx: Context) -> list[dict]:
+    """Kafka's ``handleBrokerShutdown`` for the incarnation a new one replaces, written before its
+    RegisterBrokerRecord. The shutdown was clean when the broker names the epoch it last had
+    (``PreviousBrokerEpoch``, KIP-966): its replicas stay in the ELRs. Otherwise, with ELR on, it
+    leaves every ISR and ELR, since its log may have lost what it acknowledged; without ELR it only
+    leaves the ISRs, as at a fencing."""
+    clean = existing is not None and data["PreviousBrokerEpoch"] == existing.epoch
+    if elr_enabled(image) and not clean:
+        return broker_failover(image, broker_id, ctx, unclean_shutdown=True)
+    return broker_failover(image, broker_id, ctx)
 
 
 def decide_broker_heartbeat(image: ClusterImage, state: ControllerState, request: dict,
@@ -271,7 +285,7 @@ def decide_unregister_broker(image: ClusterImage, state: ControllerState, reques
         return Decision(response=response("UnregisterBrokerResponse", {
             "ErrorCode": error_code("BROKER_ID_NOT_REGISTERED"),
             "ErrorMessage": f"Broker ID {data['BrokerId']} is not currently registered"}, version))
-    records = broker_failover(image, broker.id, ctx)
+    records = broker_failover(image, broker.id, ctx, also_elr=True)
     records.append(record("UnregisterBrokerRecord", {"BrokerId": broker.id, "BrokerEpoch": broker.epoch}))
     state.sessions.pop(broker.id, None)
     return Decision(records, response("UnregisterBrokerResponse", {"ErrorCode": 0}, version))
@@ -459,9 +473,10 @@ def _unfence(image: ClusterImage, broker: BrokerRegistration, ctx: Context) -> l
         if not ctx.owns(topic.id):
             continue
         election = Election.UNCLEAN if unclean_election_enabled(image, topic.name, ctx.config) else Election.ONLINE
+        policy = elr_policy(image, topic, ctx.config)
         for partition in topic.partitions.values():
             if partition.leader == NO_LEADER:
-                change = change_partition(partition, eligible, election=election, mv=mv)
+                change = change_partition(partition, eligible, election=election, mv=mv, **policy)
                 if change is not None:
                     records.append(change)
     return records

@@ -9,18 +9,23 @@ Eligibility (KIP-841) is a predicate, not a lookup in the image, because callers
 exclude a broker that the image still shows as active: Kafka writes the partition changes of a
 fencing *before* the record that fences the broker.
 
-Eligible leader replicas (KIP-966) are not modelled: like Kafka's controller with ELR disabled, a
-change never leaves the ISR empty, and an ELR found in the image is cleared.
+Eligible leader replicas (KIP-966) are decided as Kafka 4 does once the log finalizes
+``eligible.leader.replicas.version`` >= 1 (``elr_policy``): an ISR shrinking below
+``min.insync.replicas`` keeps the replicas it lost in the ELR (a clean shutdown does not make them
+ineligible), the ISR may become empty, a leader may be elected from the ELR when the ISR is empty,
+and the last leader is remembered (LastKnownElr) for the recovery of a partition left with neither.
+Without the feature a change never leaves the ISR empty, and an ELR found in the image is cleared.
 """
 
 from __future__ import annotations
 
 import enum
 import functools
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Collection, Mapping, Sequence
 
-from kraftlake.image.cluster_image import (CONFIG_BROKER, CONFIG_TOPIC, DIR_MIGRATING, DIR_UNASSIGNED, NO_LEADER, ClusterImage,
-    PartitionRegistration)
+from kraftlake.image.cluster_image import (CONFIG_BROKER, CONFIG_TOPIC, DIR_MIGRATING, DIR_UNASSIGNED, NO_LEADER,
+    NO_LEADER_CHANGE, ClusterImage,
+    PartitionRegistration, TopicImage)
 from kraftlake.metadata.config import setting
 from kraftlake.metadata.schemas import registry
 
@@ -94,6 +99,28 @@ def topic_config(image: ClusterImage, topic_name: str, key: str, config: Mapping
     return setting(config, key)
 
 
+ELR_FEATURE = "eligible.leader.replicas.version"
+
+
+def elr_enabled(image: ClusterImage) -> bool:
+    """Kafka's ``FeatureControlManager.isElrFeatureEnabled``: the feature finalized at level 1 or more
+    (which itself needs metadata.version 4.0-IV1)."""
+    return image.features.get(ELR_FEATURE, 0) >= 1 and supports(metadata_version(image), MV_ELR)
+
+
+def elr_policy(image: ClusterImage, topic: TopicImage, config: Mapping[str, str]) -> dict:
+    """The KIP-966 arguments of ``change_partition`` for a topic: whether ELR is on, and the topic's
+    effective ``min.insync.replicas`` (its config, capped at its replication factor, as Kafka's
+    ``getTopicEffectiveMinIsr``). Computed once per topic, not per partition."""
+    if not elr_enabled(image):
+        return {"elr": False, "min_isr": 1}
+    min_isr = int(topic_config(image, topic.name, "min.insync.replicas", config))
+    first = topic.partitions.get(0)
+    if first is not None:
+        min_isr = min(min_isr, len(first.replicas))
+    return {"elr": True, "min_isr": min_isr}
+
+
 def unclean_election_enabled(image: ClusterImage, topic_name: str, config: Mapping[str, str]) -> bool:
     return topic_config(image, topic_name, "unclean.leader.election.enable", config).strip().lower() == "true"
 
@@ -111,22 +138,30 @@ def _complete_reassignment(replicas: list[int], isr: list[int], removing: list[i
     return new_replicas, new_isr
 
 
-def _elect(partition: PartitionRegistration, replicas: list[int], isr: list[int], eligible: Eligible,
-           election: Election) -> tuple[int, bool]:
-    """(leader, unclean). The current leader is kept while it may lead, so that an ISR change or a
-    failover elsewhere never moves leadership needlessly; PREFERRED asks for the first replica first.
-    (A replica can lead when it is in ``isr`` and eligible; the tests are inlined: this runs once per
-    partition of a failover.)"""
-    if election is Election.PREFERRED and replicas:
-        first = replicas[0]
-        if first in isr and eligible(first):
-            return first, False
+def _elect(partition: PartitionRegistration, replicas: list[int], isr: list[int], elr: list[int],
+           eligible: Eligible, election: Election, last_known_leader: bool) -> tuple[int, bool]:
+    """(leader, unclean), as ``PartitionChangeBuilder.electLeader``. A replica may lead when it is in
+    ``isr`` (or, the ISR being empty, in ``elr``) and eligible. The current leader is kept while it
+    may lead, so an ISR change or a failover elsewhere never moves leadership needlessly; PREFERRED
+    asks for the first replica first. With ISR and ELR both empty, the last known leader is elected
+    (``last_known_leader``, KIP-966's balanced recovery), as an unclean election.
+
+    Unlike Kafka (whose ``canElectLastKnownLeader`` logs "not alive" and elects it anyway), the last
+    known leader must be eligible: KIP-841 never makes a fenced or shutting-down broker leader."""
+    def valid(replica: int) -> bool:
+        return (replica in isr or (not isr and replica in elr)) and eligible(replica)
+
+    if election is Election.PREFERRED and replicas and valid(replicas[0]):
+        return replicas[0], False
     leader = partition.leader
-    if leader in isr and eligible(leader):
+    if valid(leader):
         return leader, False
     for replica in replicas:
-        if replica in isr and eligible(replica):
+        if valid(replica):
             return replica, False
+    if (last_known_leader and not isr and not elr and len(partition.last_known_elr) == 1
+            and eligible(partition.last_known_elr[0])):
+        return partition.last_known_elr[0], True
     if election is Election.UNCLEAN:
         for replica in replicas:
             if eligible(replica):
@@ -162,6 +197,20 @@ def _same_directories(partition: PartitionRegistration, target_replicas: list[in
             and tuple(target_replicas) == replicas and len(set(replicas)) == len(replicas))
 
 
+def _target_elr(partition: PartitionRegistration, isr: list[int], elr: list[int], last_known: list[int],
+                min_isr: int, unclean_shutdown: Collection[int]) -> tuple[list[int], list[int]]:
+    """``maybePopulateTargetElr``: below ``min_isr`` the ELR gains the replicas the ISR loses (except
+    those that shut down uncleanly), and LastKnownElr keeps everyone else that was in either; at or
+    above it both are cleared. Sorted, as Kafka's integer sets iterate."""
+    if len(isr) >= min_isr:
+        return [], []
+    in_isr = set(isr)
+    candidates = set(elr) | set(partition.isr)
+    new_elr = sorted(r for r in candidates if r not in in_isr and r not in unclean_shutdown)
+    new_last_known = sorted(r for r in candidates | set(last_known) if r not in in_isr and r not in new_elr)
+    return new_elr, new_last_known
+
+
 def change_partition(partition: PartitionRegistration, eligible: Eligible, *,
                      isr: Sequence[int] | None = None,
                      replicas: Sequence[int] | None = None,
@@ -171,12 +220,21 @@ def change_partition(partition: PartitionRegistration, eligible: Eligible, *,
                      leader_recovery_state: int | None = None,
                      mv: int | None = None,
                      new_replica_dir: Callable[[int], str] = lambda broker_id: DIR_UNASSIGNED,
+                     elr: bool = False,
+                     min_isr: int = 1,
+                     unclean_shutdown: Collection[int] = (),
+                     last_known_leader: bool = True,
                      ) -> dict | None:
     """The PartitionChangeRecord (an event without offset) that moves ``partition`` to the given
-    targets (None: as it is) and elects its leader, or None when nothing would change.
+    targets (None: as it is) and elects its leader, or None when nothing would change; the steps of
+    Kafka's ``PartitionChangeBuilder.build`` in its order.
 
-    Without a leader to elect the partition goes offline (leader -1) but keeps its last ISR: an
-    empty ISR would lose track of which replica holds the committed data.
+    Without ELR (``elr``, see ``elr_policy``) and without a leader to elect, the partition goes
+    offline (leader -1) but keeps its last ISR: an empty ISR would lose track of which replica holds
+    the committed data. With ELR the ISR may empty: the ELR keeps that knowledge. ``min_isr`` is the
+    topic's effective min.insync.replicas; ``unclean_shutdown`` the brokers that restarted without a
+    clean shutdown (they leave the ELR); ``last_known_leader`` is Kafka's
+    ``useLastKnownLeaderInBalancedRecovery`` (on in Kafka's controller).
     """
     target_isr = list(partition.isr if isr is None else isr)
     target_replicas = list(partition.replicas if replicas is None else replicas)
@@ -188,11 +246,20 @@ def change_partition(partition: PartitionRegistration, eligible: Eligible, *,
             target_replicas, target_isr = completed
             target_removing, target_adding = [], []
     same_replicas = tuple(target_replicas) == partition.replicas
+    target_elr, target_last_known = list(partition.elr), list(partition.last_known_elr)
+    if elr:
+        target_elr, target_last_known = _target_elr(partition, target_isr, target_elr, target_last_known,
+                                                    min_isr, unclean_shutdown)
 
     data: dict = {"TopicId": partition.topic_id, "PartitionId": partition.partition_id}
-    leader, unclean = _elect(partition, target_replicas, target_isr, eligible, election)
+    leader, unclean = _elect(partition, target_replicas, target_isr, target_elr, eligible, election,
+                             elr and last_known_leader)
     if leader != partition.leader:
         data["Leader"] = leader
+        if leader in target_elr:
+            # elected from the ELR: it alone is in sync now, and no longer merely eligible
+            target_isr = [leader]
+            target_elr = [r for r in target_elr if r != leader]
         if unclean:
             # The new leader's log is all there is now: it alone is in sync, and must recover first.
             data["Isr"] = [leader]
@@ -201,13 +268,22 @@ def change_partition(partition: PartitionRegistration, eligible: Eligible, *,
     elif not same_replicas and not set(partition.replicas) <= set(target_replicas):
         # A replica leaving the assignment must see a new leader epoch to stop fetching.
         data["Leader"] = partition.leader
-    if partition.elr:
-        data["EligibleLeaderReplicas"] = []
-    if "Isr" not in data and target_isr and tuple(target_isr) != partition.isr:
+
+    # maybeUpdateRecordElr: an unclean election (or ELR off) clears both lists
+    if "Isr" in data or not elr:
+        target_elr, target_last_known = [], []
+    if target_elr != list(partition.elr):
+        data["EligibleLeaderReplicas"] = target_elr
+    if not last_known_leader and target_last_known != list(partition.last_known_elr):
+        data["LastKnownElr"] = target_last_known
+
+    if "Isr" not in data and (target_isr or elr) and tuple(target_isr) != partition.isr:
         data["Isr"] = target_isr
         if ("Leader" not in data and not supports(mv, MV_NO_EPOCH_BUMP_ON_ISR_SHRINK)
                 and not set(partition.isr) <= set(target_isr)):
             data["Leader"] = partition.leader  # brokers before 3.6 needed an epoch bump on a shrink
+    if elr and last_known_leader:
+        _update_last_known_leader(partition, data)
     if target_replicas:
         if supports(mv, MV_DIRECTORIES) and not _same_directories(partition, target_replicas):
             placed = dict(zip(partition.replicas, partition.directories))
@@ -225,3 +301,14 @@ def change_partition(partition: PartitionRegistration, eligible: Eligible, *,
     if len(data) == 2:
         return None
     return _change_record(data, partition_record_version(mv))
+
+
+def _update_last_known_leader(partition: PartitionRegistration, data: dict) -> None:
+    """``maybeUpdateLastKnownLeader``: remember the leader when the ISR first becomes empty; forget it
+    once the partition has (or keeps) a leader."""
+    new_leader = data.get("Leader", NO_LEADER_CHANGE)
+    if data.get("Isr") == [] and list(partition.last_known_elr) != [partition.leader]:
+        data["LastKnownElr"] = [partition.leader]
+    elif ((new_leader >= 0 or (partition.leader != NO_LEADER and new_leader != NO_LEADER))
+          and partition.last_known_elr):
+        data["LastKnownElr"] = []

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from kraftlake.controller.decisions import Context, Decision, Refused, error_code, response
 from kraftlake.controller.elections import (Election, change_partition, default_dir, eligible_replicas,
-    metadata_version, unclean_election_enabled)
+    elr_policy, metadata_version, unclean_election_enabled)
 from kraftlake.image.cluster_image import ClusterImage, PartitionRegistration, TopicImage
 
 
@@ -84,7 +84,7 @@ def validate_assignment(image: ClusterImage, replicas: list[int]) -> None:
 
 
 def _change(image: ClusterImage, topic: TopicImage, partition: PartitionRegistration,
-            target: list[int]) -> dict | None:
+            target: list[int], ctx: Context) -> dict | None:
     """``changePartitionReassignment``: only non-empty adding / removing lists are set, so a target
     that equals the replicas as they stand changes nothing."""
     validate_assignment(image, target)
@@ -93,7 +93,8 @@ def _change(image: ClusterImage, topic: TopicImage, partition: PartitionRegistra
         partition, eligible_replicas(image),
         replicas=None if replicas == list(partition.replicas) else replicas,
         adding=adding or None, removing=removing or None,
-        mv=metadata_version(image), new_replica_dir=lambda broker_id: default_dir(image, broker_id))
+        mv=metadata_version(image), new_replica_dir=lambda broker_id: default_dir(image, broker_id),
+        **elr_policy(image, topic, ctx.config))
 
 
 def _cancel(image: ClusterImage, topic: TopicImage, partition: PartitionRegistration,
@@ -109,7 +110,8 @@ def _cancel(image: ClusterImage, topic: TopicImage, partition: PartitionRegistra
                                 f"{partition.partition_id} because it would require an unclean leader election.")
     return change_partition(
         partition, eligible_replicas(image), isr=isr, replicas=replicas, adding=[], removing=[],
-        election=Election.UNCLEAN if allow_unclean else Election.ONLINE, mv=metadata_version(image))
+        election=Election.UNCLEAN if allow_unclean else Election.ONLINE, mv=metadata_version(image),
+        **elr_policy(image, topic, ctx.config))
 
 
 def alter_partition_reassignments(image: ClusterImage, request: dict, ctx: Context) -> Decision:
@@ -138,7 +140,7 @@ def alter_partition_reassignments(image: ClusterImage, request: dict, ctx: Conte
                 if data["Replicas"] is None:
                     change = _cancel(image, topic, partition, ctx)
                 else:
-                    change = _change(image, topic, partition, list(data["Replicas"]))
+                    change = _change(image, topic, partition, list(data["Replicas"]), ctx)
             except Refused as e:
                 partitions.append({"PartitionIndex": index, "ErrorCode": error_code(e.error),
                                    "ErrorMessage": e.message})

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from kraftlake.controller.decisions import Context, Decision, error_code, response
-from kraftlake.controller.elections import (Eligible, Election, change_partition, eligible_replicas, metadata_version,
-    unclean_election_enabled)
+from kraftlake.controller.elections import (Eligible, Election, change_partition, eligible_replicas, elr_policy,
+    metadata_version, unclean_election_enabled)
 from kraftlake.image.cluster_image import NO_LEADER, ClusterImage, PartitionRegistration, TopicImage, normalize_uuid
 from kraftlake.image.partitions import merge
 from kraftlake.metadata.errors import DEFAULT_MESSAGES
@@ -38,30 +38,37 @@ def topic_election(image: ClusterImage, topic_name: str, ctx: Context) -> Electi
 
 
 def broker_failover(image: ClusterImage, broker_id: int, ctx: Context,
-                    directories: frozenset[str] | None = None) -> list[dict]:
+                    directories: frozenset[str] | None = None, *, also_elr: bool = False,
+                    unclean_shutdown: bool = False) -> list[dict]:
     """The PartitionChangeRecords that take ``broker_id`` out of every ISR it is in and move its
     leaderships (Kafka's ``generateLeaderAndIsrUpdates`` for a fenced or shutting-down broker), or
     only of the partitions whose replica on it lives in one of ``directories`` (a JBOD failure).
+    ``also_elr`` goes on to the partitions whose ELR holds it (unregistration); ``unclean_shutdown``
+    (a broker that restarted without a clean shutdown, KIP-966) also takes it out of every ELR.
 
     The broker is excluded explicitly rather than through the image, because Kafka writes these
-    records before the one that fences it. Partitions it is not in the ISR of cannot change: it leads
-    none of them. Only this shard's topics are considered (``ctx.owns``).
+    records before the one that fences it. Partitions it is in neither the ISR nor (when asked) the
+    ELR of cannot change: it leads none of them. Only this shard's topics are considered
+    (``ctx.owns``).
     """
     mv = metadata_version(image)
     eligible = eligible_replicas(image, excluded=(broker_id,))
+    in_elr = also_elr or unclean_shutdown
+    shut_down = (broker_id,) if unclean_shutdown else ()
     records = []
     with _collector_paused():
         for topic in image.topics.values():
             if not ctx.owns(topic.id):
                 continue
             election = topic_election(image, topic.name, ctx)
+            policy = elr_policy(image, topic, ctx.config)
             for partition in topic.partitions.values():
-                if broker_id not in partition.isr:
+                if broker_id not in partition.isr and not (in_elr and broker_id in partition.elr):
                     continue
                 if directories is not None and _directory_of(partition, broker_id) not in directories:
                     continue
                 change = change_partition(partition, eligible, isr=[r for r in partition.isr if r != broker_id],
-                                          election=election, mv=mv)
+                                          election=election, mv=mv, unclean_shutdown=shut_down, **policy)
                 if change is not None:
                     records.append(change)
     return records
@@ -107,7 +114,8 @@ def balance_partition_leaders(image: ClusterImage, ctx: Context) -> list[dict]:
             preferred = partition.replicas[0] if partition.replicas else NO_LEADER
             if partition.leader == preferred or preferred not in partition.isr or not eligible(preferred):
                 continue
-            change = change_partition(partition, eligible, election=Election.PREFERRED, mv=mv)
+            change = change_partition(partition, eligible, election=Election.PREFERRED, mv=mv,
+                                      **elr_policy(image, topic, ctx.config))
             if change is not None:
                 records.append(change)
     return records
@@ -201,7 +209,8 @@ def alter_partition(image: ClusterImage, request: dict, ctx: Context) -> Decisio
                 continue
             change = change_partition(partition, eligible, isr=[broker_id for broker_id, _ in isr],
                                       election=topic_election(image, topic.name, ctx),
-                                      leader_recovery_state=data["LeaderRecoveryState"], mv=mv)
+                                      leader_recovery_state=data["LeaderRecoveryState"], mv=mv,
+                                      **elr_policy(image, topic, ctx.config))
             if change is not None:
                 records.append(change)
                 partition = merge(partition, change["data"], partition.last_offset, partition.last_timestamp)
@@ -228,7 +237,8 @@ def _requested_partitions(image: ClusterImage, body: dict) -> Iterator[tuple[str
 
 
 def _elect_one(image: ClusterImage, topic: TopicImage | None, name: str, partition_id: int,
-               election: Election, mv: int | None, eligible: Eligible) -> tuple[str, str | None, dict | None]:
+               election: Election, mv: int | None, eligible: Eligible,
+               config: Mapping[str, str]) -> tuple[str, str | None, dict | None]:
     """(error name, message, record) for one partition, as ``ReplicationControlManager.electLeader``."""
     if topic is None:
         return "UNKNOWN_TOPIC_OR_PARTITION", f"No such topic as {name}", None
@@ -241,7 +251,7 @@ def _elect_one(image: ClusterImage, topic: TopicImage | None, name: str, partiti
             return "ELECTION_NOT_NEEDED", DEFAULT_MESSAGES["ELECTION_NOT_NEEDED"], None
     elif partition.leader != NO_LEADER:
         return "ELECTION_NOT_NEEDED", DEFAULT_MESSAGES["ELECTION_NOT_NEEDED"], None
-    change = change_partition(partition, eligible, election=election, mv=mv)
+    change = change_partition(partition, eligible, election=election, mv=mv, **elr_policy(image, topic, config))
     if change is None:
         unavailable = ("PREFERRED_LEADER_NOT_AVAILABLE" if election is Election.PREFERRED
                        else "ELIGIBLE_LEADERS_NOT_AVAILABLE")
@@ -268,7 +278,7 @@ def elect_leaders(image: ClusterImage, request: dict, ctx: Context) -> Decision:
         ids = list(topic.partitions) if partition_ids is None else partition_ids
         partition_results = []
         for partition_id in ids:
-            error, message, change = _elect_one(image, topic, name, partition_id, election, mv, eligible)
+            error, message, change = _elect_one(image, topic, name, partition_id, election, mv, eligible, ctx.config)
             if change is not None:
                 records.append(change)
             if partition_ids is None and error == "ELECTION_NOT_NEEDED":
