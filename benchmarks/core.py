@@ -66,7 +66,7 @@ def shutdown_request(image: ClusterImage, broker: int, offset: int, now_ms: int)
     return {"offset": offset, "leader_epoch": 1, "timestamp": now_ms, "type": "BrokerHeartbeatRequest",
             "version": 1, "source": None, "position": None,
             "data": {"BrokerId": broker, "BrokerEpoch": image.brokers[broker].epoch, "CurrentMetadataOffset": offset,
-                     "WantFence": False, "WantShutDown": True}}
+                     "WantFence": False, "WantShutDown": True, "OfflineLogDirs": []}}
 
 
 def measure_failover(partitions: int, brokers: int, repeats: int, full_step: bool) -> dict:
