@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from kraftlake.codec.events import check_struct
-from kraftlake.controller.cluster_control import (ControllerState, decide_broker_heartbeat, decide_broker_registration,
-    decide_unregister_broker, expire_sessions)
+from kraftlake.controller.cluster_control import ControllerState, expire_sessions
 from kraftlake.controller.decisions import Context
+from kraftlake.controller.dispatch import decide
 from kraftlake.image.cluster_image import ClusterImage
 from kraftlake.image.replay import replay
 from kraftlake.metadata import uuids
@@ -23,12 +23,11 @@ T1, T2 = (uuids.from_bytes(bytes([n] * 16)) for n in (1, 2))
 CLUSTER = "fPZv1VBsRFmnlRvmGcOW9w"
 MV = 19  # metadata.version 3.7-IV4, as in the real logs
 
-DECIDE = {
-    "BrokerRegistrationRequest": decide_broker_registration,
-    "BrokerHeartbeatRequest": decide_broker_heartbeat,
-    "UnregisterBrokerRequest": decide_unregister_broker,
-}
-VERSIONS = {"BrokerRegistrationRequest": 4, "BrokerHeartbeatRequest": 1, "UnregisterBrokerRequest": 0}
+# The request versions the tests send (the newest each RPC has).
+VERSIONS = {"BrokerRegistrationRequest": 4, "BrokerHeartbeatRequest": 1, "UnregisterBrokerRequest": 0,
+            "CreateTopicsRequest": 7, "DeleteTopicsRequest": 6, "CreatePartitionsRequest": 3,
+            "AlterPartitionRequest": 3, "ElectLeadersRequest": 2, "AlterPartitionReassignmentsRequest": 0,
+            "ListPartitionReassignmentsRequest": 0}
 
 
 def ev(type_: str, version: int = 0, **fields) -> dict:
@@ -38,6 +37,11 @@ def ev(type_: str, version: int = 0, **fields) -> dict:
 
 def incarnation(n: int) -> str:
     return uuids.from_bytes(bytes([0xA0 + n] * 16))
+
+
+def log_dir(broker_id: int) -> str:
+    """The one log directory a test broker registers with."""
+    return uuids.from_bytes(bytes([0x70 + broker_id] * 16))
 
 
 def can_serve(image: ClusterImage, broker_id: int) -> bool:
@@ -102,7 +106,7 @@ class Controller:
         self.offset += 1
         expired = expire_sessions(self.image, self.state, self.ctx())
         self._replay(expired)
-        decision = DECIDE[type_](self.image, self.state, ev(type_, VERSIONS[type_], **fields), self.ctx())
+        decision = decide(self.image, self.state, ev(type_, VERSIONS[type_], **fields), self.ctx())
         assert decision.response["type"] == type_.replace("Request", "Response")
         assert decision.response["version"] == VERSIONS[type_]
         self._replay(decision.records)
@@ -112,7 +116,8 @@ class Controller:
     # --- the requests a broker sends ---
 
     def register(self, broker_id: int, inc: int = 1, *, cluster: str = CLUSTER, port: int = 9092,
-                 features: list[tuple[str, int, int]] | None = None, **fields) -> dict:
+                 features: list[tuple[str, int, int]] | None = None, log_dirs: list[str] | None = None,
+                 **fields) -> dict:
         if features is None:
             features = [("metadata.version", 1, MV)]
         return self.request("BrokerRegistrationRequest", BrokerId=broker_id, ClusterId=cluster,
@@ -121,7 +126,7 @@ class Controller:
                                         "SecurityProtocol": 0}],
                             Features=[{"Name": n, "MinSupportedVersion": lo, "MaxSupportedVersion": hi}
                                       for n, lo, hi in features],
-                            Rack=None, LogDirs=[uuids.from_bytes(bytes([0x70 + broker_id] * 16))], **fields)
+                            Rack=None, LogDirs=[log_dir(broker_id)] if log_dirs is None else log_dirs, **fields)
 
     def heartbeat(self, broker_id: int, *, epoch: int | None = None, offset: int | None = None,
                   fence: bool = False, shutdown: bool = False) -> dict:
