@@ -1,0 +1,463 @@
+"""Kafka's ``ReplicationControlManagerTest`` (metadata module, Kafka 4.x) translated to the controller's
+decisions, through the controller in miniature of ``tests/controller_harness.py``.
+
+Kafka's ``ReplicationControlTestContext`` registers brokers by replaying RegisterBrokerRecords (epoch
+100 + id, one directory each), unfences them with heartbeats, puts them in controlled shutdown by
+replaying the change record, fences them by letting their sessions lapse while the others heartbeat,
+and sets topic configs with ConfigRecords. ``Kafka`` below does the same. Replica placement is random
+in both (Kafka's ``MockRandom``, the request offset here), so where Kafka asserts one placement these
+tests assert what any placement must satisfy.
+
+Cases marked "rule" are not in Kafka's test class: they check a rule of Kafka's production code that
+the class does not exercise, named in the docstring.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from controller_harness import TIMEOUT, Controller, change, ev
+from kraftlake.controller.decisions import error_code
+from kraftlake.image.cluster_image import CONFIG_BROKER, CONFIG_TOPIC
+from kraftlake.metadata import uuids
+
+ELR_FEATURE = "eligible.leader.replicas.version"
+CAUGHT_UP = 1 << 40  # a CurrentMetadataOffset past every registration
+
+
+def broker_dir(broker_id: int) -> str:
+    """Kafka's ``TESTBROKER0000<id>DIRAAAA`` directory ids."""
+    return uuids.normalize("TESTBROKER" + str(100000 + broker_id)[1:] + "DIRAAAA")
+
+
+class Kafka(Controller):
+    """``ReplicationControlTestContext``: metadata.version 4.0-IV1, ELR on or off by its feature, and the
+    default replication factor of ReplicationControlManager.Builder (3)."""
+
+    def __init__(self, elr: bool = False, metadata_version: int = 23, **config: str):
+        config.setdefault("default_replication_factor", "3")
+        super().__init__(metadata_version=metadata_version, **config)
+        self.log(ev("FeatureLevelRecord", Name=ELR_FEATURE, FeatureLevel=1 if elr else 0))
+
+    def register_brokers(self, *broker_ids: int) -> None:
+        for b in broker_ids:
+            self.log(ev("RegisterBrokerRecord", 3, BrokerId=b, BrokerEpoch=100 + b, LogDirs=[broker_dir(b)],
+                        IncarnationId=uuids.from_bytes(bytes([0xB0 + b] * 16)), Fenced=True,
+                        EndPoints=[{"Name": "PLAINTEXT", "Host": "localhost", "Port": 9092 + b,
+                                    "SecurityProtocol": 0}]))
+
+    def unfence_brokers(self, *broker_ids: int) -> None:
+        for b in broker_ids:
+            resp = self.heartbeat(b, offset=CAUGHT_UP)
+            assert (resp["IsCaughtUp"], resp["IsFenced"], resp["ShouldShutDown"]) == (True, False, False)
+
+    def in_controlled_shutdown_brokers(self, *broker_ids: int) -> None:
+        for b in broker_ids:
+            self.log(change(b, self.broker(b).epoch, 1, shutdown=1))
+
+    def fence_brokers(self, fenced: set[int]) -> None:
+        """Sessions lapse; every other broker heartbeats in time; stale brokers are fenced one by one.
+        (The heartbeats come at the last moment the stale sessions are still valid, since every request
+        here first fences the brokers whose sessions expired, as Kafka's controller does.)"""
+        others = [b for b in sorted(self.image.brokers) if b not in fenced]
+        self.unfence_brokers(*others)
+        self.at(self.now + TIMEOUT)
+        self.unfence_brokers(*others)
+        self.at(self.now + 1).expire()
+        assert {b for b, r in self.image.brokers.items() if r.fenced} == fenced
+
+    def alter_topic_config(self, topic: str, name: str, value: str) -> None:
+        self.log(ev("ConfigRecord", ResourceType=CONFIG_TOPIC, ResourceName=topic, Name=name, Value=value))
+
+    def create_test_topic(self, name: str, replicas: list[list[int]], expected: str = "NONE") -> str:
+        resp = self.request("CreateTopicsRequest", Topics=[{
+            "Name": name, "NumPartitions": -1, "ReplicationFactor": -1, "Configs": [],
+            "Assignments": [{"PartitionIndex": i, "BrokerIds": r} for i, r in enumerate(replicas)]}],
+            timeoutMs=1000, validateOnly=False)
+        assert resp["Topics"][0]["ErrorCode"] == error_code(expected), resp
+        return resp["Topics"][0]["TopicId"]
+
+    def alter_partition(self, topic_id: str, leader: int, isr: list[int], pid: int = 0) -> dict:
+        p = self.image.partition(topic_id, pid)
+        resp = self.request("AlterPartitionRequest", BrokerId=leader, BrokerEpoch=self.broker(leader).epoch, Topics=[{
+            "TopicId": topic_id, "Partitions": [{
+                "PartitionIndex": pid, "LeaderEpoch": p.leader_epoch, "PartitionEpoch": p.partition_epoch,
+                "NewIsrWithEpochs": [{"BrokerId": b, "BrokerEpoch": -1} for b in isr], "LeaderRecoveryState": 0}]}])
+        return resp["Topics"][0]["Partitions"][0]
+
+    def elect(self, election_type: int, partitions: dict[str, list[int]] | None) -> dict:
+        return self.request("ElectLeadersRequest", ElectionType=election_type, TimeoutMs=1000, TopicPartitions=None
+                            if partitions is None else [{"Topic": t, "Partitions": ps} for t, ps in partitions.items()])
+
+    def get(self, topic_id: str, pid: int = 0):
+        return self.image.partition(topic_id, pid)
+
+
+def results(resp: dict) -> dict:
+    return {(t["Topic"], p["PartitionId"]): (p["ErrorCode"], p["ErrorMessage"])
+            for t in resp["ReplicaElectionResults"] for p in t["PartitionResult"]}
+
+
+PREFERRED, UNCLEAN = 0, 1
+NOT_NEEDED = (error_code("ELECTION_NOT_NEEDED"), "Leader election not needed for topic partition.")
+PREFERRED_UNAVAILABLE = (error_code("PREFERRED_LEADER_NOT_AVAILABLE"), "The preferred leader was not available.")
+ELIGIBLE_UNAVAILABLE = (error_code("ELIGIBLE_LEADERS_NOT_AVAILABLE"),
+                        "Eligible topic partition leaders are not available.")
+
+
+# --- CreateTopics -------------------------------------------------------------------------------------
+
+def test_create_topics():
+    """ReplicationControlManagerTest.testCreateTopics: no broker; then one unfenced broker that the log
+    (not a heartbeat) put in controlled shutdown, so it is placed but cannot be in the ISR; then three."""
+    c = Kafka()
+    default = [{"Name": "foo", "NumPartitions": -1, "ReplicationFactor": -1, "Assignments": [], "Configs": []}]
+
+    def create() -> dict:
+        return c.request("CreateTopicsRequest", Topics=default, timeoutMs=1000, validateOnly=False)["Topics"][0]
+
+    first = create()
+    assert (first["ErrorCode"], first["ErrorMessage"]) == (
+        error_code("INVALID_REPLICATION_FACTOR"),
+        "Unable to replicate the partition 3 time(s): All brokers are currently fenced.")
+    c.register_brokers(0, 1, 2)
+    c.unfence_brokers(0)
+    c.in_controlled_shutdown_brokers(0)
+    second = create()
+    assert (second["ErrorCode"], second["ErrorMessage"]) == (
+        error_code("INVALID_REPLICATION_FACTOR"),
+        "Unable to replicate the partition 3 time(s): All brokers are currently fenced or in controlled shutdown.")
+    c.unfence_brokers(1, 2)
+    third = create()
+    assert (third["ErrorCode"], third["ErrorMessage"], third["NumPartitions"], third["ReplicationFactor"]) == (
+        0, None, 1, 3)
+    p = c.get(third["TopicId"])
+    assert sorted(p.replicas) == [0, 1, 2] and p.isr == tuple(r for r in p.replicas if r != 0)
+    assert p.leader == p.isr[0] and (p.leader_epoch, p.partition_epoch) == (0, 0)
+    assert p.directories == tuple(broker_dir(r) for r in p.replicas)
+    fourth = create()
+    assert (fourth["ErrorCode"], fourth["ErrorMessage"]) == (error_code("TOPIC_ALREADY_EXISTS"),
+                                                             "Topic 'foo' already exists.")
+
+
+def test_create_topics_isr_invariants():
+    """ReplicationControlManagerTest.testCreateTopicsISRInvariants: 2 is fenced and 1 in controlled
+    shutdown, so only 0 is in the ISR and leads."""
+    c = Kafka()
+    c.register_brokers(0, 1, 2)
+    c.unfence_brokers(0, 1)
+    c.in_controlled_shutdown_brokers(1)
+    resp = c.request("CreateTopicsRequest", Topics=[{"Name": "foo", "NumPartitions": -1, "ReplicationFactor": -1,
+                                                     "Assignments": [], "Configs": []}],
+                     timeoutMs=1000, validateOnly=False)
+    topic = resp["Topics"][0]
+    assert (topic["ErrorCode"], topic["NumPartitions"], topic["ReplicationFactor"]) == (0, 1, 3)
+    p = c.get(topic["TopicId"])
+    assert sorted(p.replicas) == [0, 1, 2] and p.isr == (0,) and p.leader == 0
+
+
+@pytest.mark.parametrize("name, message", [
+    ("", "Topic name is illegal, it can't be empty"),
+    ("..", 'Topic name cannot be "." or ".."'),
+    ("x" * 250, f"Topic name is illegal, it can't be longer than 249 characters, Topic name: {'x' * 250}"),
+    ("a+b", 'Topic name "a+b" is illegal, it contains a character other than ASCII alphanumerics, '
+            "'.', '_' and '-'"),
+])
+def test_invalid_topic_names(name, message):
+    """Rule: ``Topic.validate`` as Kafka 4 words it (ReplicationControlManager.validateNewTopicNames)."""
+    c = Kafka()
+    c.register_brokers(0)
+    c.unfence_brokers(0)
+    resp = c.request("CreateTopicsRequest", Topics=[{"Name": name, "NumPartitions": 1, "ReplicationFactor": 1,
+                                                     "Assignments": [], "Configs": []}],
+                     timeoutMs=1000, validateOnly=False)
+    topic = resp["Topics"][0]
+    assert (topic["ErrorCode"], topic["ErrorMessage"]) == (error_code("INVALID_TOPIC_EXCEPTION"), message)
+
+
+# --- ELR (KIP-966) ------------------------------------------------------------------------------------
+
+def test_eligible_leader_replicas_shrink_and_expand_isr():
+    """ReplicationControlManagerTest.testEligibleLeaderReplicas_ShrinkAndExpandIsr"""
+    c = Kafka(elr=True)
+    c.register_brokers(0, 1, 2)
+    c.unfence_brokers(0, 1, 2)
+    foo = c.create_test_topic("foo", [[0, 1, 2]])
+    assert c.get(foo).leader == 0
+    c.alter_topic_config("foo", "min.insync.replicas", "2")
+    assert c.alter_partition(foo, 0, [0])["ErrorCode"] == 0
+    assert (c.get(foo).elr, c.get(foo).last_known_elr) == ((1, 2), ())
+    assert c.alter_partition(foo, 0, [0, 1])["ErrorCode"] == 0
+    assert (c.get(foo).elr, c.get(foo).last_known_elr) == ((), ())
+
+
+def test_eligible_leader_replicas_broker_fence():
+    """ReplicationControlManagerTest.testEligibleLeaderReplicas_BrokerFence"""
+    c = Kafka(elr=True)
+    c.register_brokers(0, 1, 2, 3)
+    c.unfence_brokers(0, 1, 2, 3)
+    foo = c.create_test_topic("foo", [[0, 1, 2, 3]])
+    assert c.get(foo).leader == 0
+    c.alter_topic_config("foo", "min.insync.replicas", "3")
+    c.fence_brokers({2, 3})
+    assert (c.get(foo).elr, c.get(foo).last_known_elr) == ((3,), ())
+    c.fence_brokers({1, 2, 3})
+    assert (c.get(foo).elr, c.get(foo).last_known_elr) == ((1, 3), ())
+    c.unfence_brokers(1, 2, 3)
+    assert (c.get(foo).elr, c.get(foo).last_known_elr) == ((1, 3), ())
+
+
+def test_eligible_leader_replicas_delete_topic():
+    """ReplicationControlManagerTest.testEligibleLeaderReplicas_DeleteTopic: deleting the topic takes
+    its partitions, ELR included, out of the image."""
+    c = Kafka(elr=True)
+    c.register_brokers(0, 1, 2)
+    c.unfence_brokers(0, 1, 2)
+    foo = c.create_test_topic("foo", [[0, 1, 2]])
+    c.alter_topic_config("foo", "min.insync.replicas", "2")
+    assert c.alter_partition(foo, 0, [0])["ErrorCode"] == 0
+    assert c.get(foo).elr == (1, 2)
+    resp = c.request("DeleteTopicsRequest", Topics=[{"Name": None, "TopicId": foo}], TimeoutMs=1000)
+    assert resp["Responses"][0]["ErrorCode"] == 0
+    assert [p for p in c.image.iter_partitions() if 1 in p.elr or 0 in p.isr] == []
+
+
+def test_eligible_leader_replicas_effective_min_isr():
+    """ReplicationControlManagerTest.testEligibleLeaderReplicas_EffectiveMinIsr: min.insync.replicas 5
+    on a 3-replica topic counts as 3, so losing one replica already fills the ELR."""
+    c = Kafka(elr=True)
+    c.register_brokers(0, 1, 2)
+    c.unfence_brokers(0, 1, 2)
+    foo = c.create_test_topic("foo", [[0, 1, 2]])
+    c.alter_topic_config("foo", "min.insync.replicas", "5")
+    c.fence_brokers({2})
+    assert (c.get(foo).isr, c.get(foo).elr) == ((0, 1), (2,))
+
+
+def test_eligible_leader_replicas_clean_election():
+    """ReplicationControlManagerTest.testEligibleLeaderReplicas_CleanElection: with the ISR empty a
+    leader is elected from the ELR, and leaves it for the ISR."""
+    c = Kafka(elr=True)
+    c.register_brokers(0, 1, 2, 3)
+    c.unfence_brokers(0, 1, 2, 3)
+    foo = c.create_test_topic("foo", [[0, 1, 2, 3]])
+    c.alter_topic_config("foo", "min.insync.replicas", "3")
+    c.fence_brokers({1, 2, 3})
+    assert (c.get(foo).elr, c.get(foo).last_known_elr) == ((2, 3), ())
+    c.unfence_brokers(2)
+    c.fence_brokers({0, 1})
+    p = c.get(foo)
+    assert (p.elr, p.isr, p.leader, p.last_known_elr) == ((0, 3), (2,), 2, ())
+
+
+def test_eligible_leader_replicas_unclean_shutdown():
+    """ReplicationControlManagerTest.testEligibleLeaderReplicas_UncleanShutdown: a broker that restarts
+    without a clean shutdown (its registration does not name its previous epoch) leaves the ELR; the
+    last ISR member doing so is remembered as the last known leader."""
+    c = Kafka(elr=True)
+    c.register_brokers(0, 1, 2, 3)
+    c.unfence_brokers(0, 1, 2, 3)
+    foo = c.create_test_topic("foo", [[0, 1, 2, 3]])
+    c.alter_topic_config("foo", "min.insync.replicas", "3")
+    c.fence_brokers({1, 2, 3})
+    assert (c.get(foo).elr, c.get(foo).last_known_elr) == ((2, 3), ())
+    features = [("metadata.version", 1, 23), (ELR_FEATURE, 0, 1)]
+    assert c.register(3, inc=7, features=features, PreviousBrokerEpoch=-1)["ErrorCode"] == 0
+    assert (c.get(foo).elr, c.get(foo).last_known_elr) == ((2,), ())
+    c.fence_brokers({0, 1, 2, 3})
+    assert c.register(0, inc=7, features=features, PreviousBrokerEpoch=-1)["ErrorCode"] == 0
+    p = c.get(foo)
+    assert (p.elr, p.last_known_elr, p.isr, p.leader) == ((2,), (0,), (), -1)
+
+
+def test_a_clean_restart_keeps_the_broker_in_the_elr():
+    """Rule: ClusterControlManager.registerBroker with ``PreviousBrokerEpoch`` equal to the broker's
+    last epoch is a clean shutdown (KIP-966): its replicas stay in the ELR."""
+    c = Kafka(elr=True)
+    c.register_brokers(0, 1, 2, 3)
+    c.unfence_brokers(0, 1, 2, 3)
+    foo = c.create_test_topic("foo", [[0, 1, 2, 3]])
+    c.alter_topic_config("foo", "min.insync.replicas", "3")
+    c.fence_brokers({1, 2, 3})
+    features = [("metadata.version", 1, 23), (ELR_FEATURE, 0, 1)]
+    assert c.register(3, inc=7, features=features, PreviousBrokerEpoch=103)["ErrorCode"] == 0
+    assert c.get(foo).elr == (2, 3)
+
+
+def test_without_elr_the_isr_never_empties():
+    """Rule: PartitionChangeBuilder with ELR off (the feature at level 0) keeps the last ISR member of an
+    offline partition, and clears an ELR it finds."""
+    c = Kafka(elr=False)
+    c.register_brokers(0, 1)
+    c.unfence_brokers(0, 1)
+    foo = c.create_test_topic("foo", [[0, 1]])
+    c.fence_brokers({1})
+    c.fence_brokers({0, 1})
+    p = c.get(foo)
+    assert (p.leader, p.isr, p.elr) == (-1, (0,), ())
+
+
+# --- elections ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("all_partitions", [True, False])
+def test_elect_unclean_leaders_without_elr(all_partitions):
+    """ReplicationControlManagerTest.testElectUncleanLeaders_WithoutElr (metadata.version 3.6-IV1)"""
+    c = Kafka(metadata_version=13)
+    c.register_brokers(0, 1, 2, 3, 4)
+    c.unfence_brokers(0, 1, 2, 3, 4)
+    foo = c.create_test_topic("foo", [[1, 2, 3], [2, 3, 4], [0, 2, 1]])
+    c.fence_brokers({2, 3})
+    c.fence_brokers({1, 2, 3})
+    assert [(c.get(foo, i).leader, c.get(foo, i).isr) for i in range(3)] == [(-1, (1,)), (4, (4,)), (0, (0,))]
+    request = None if all_partitions else {"foo": [0, 1, 2]}
+    resp = c.elect(UNCLEAN, request)
+    assert c.records == []
+    expected = {("foo", 0): ELIGIBLE_UNAVAILABLE}
+    if not all_partitions:  # electing every partition leaves out those that need no election
+        expected.update({("foo", 1): NOT_NEEDED, ("foo", 2): NOT_NEEDED})
+    assert results(resp) == expected
+    c.unfence_brokers(2)
+    assert c.alter_partition(foo, 4, [2, 4], pid=1)["ErrorCode"] == 0
+    resp = c.elect(UNCLEAN, request)
+    [rec] = c.records
+    assert (rec["data"]["PartitionId"], rec["data"]["Leader"], rec["data"]["Isr"]) == (0, 2, [2])
+    assert [(c.get(foo, i).leader, c.get(foo, i).isr) for i in range(3)] == [(2, (2,)), (4, (2, 4)), (0, (0,))]
+    expected = {("foo", 0): (0, None)}
+    if not all_partitions:
+        expected.update({("foo", 1): NOT_NEEDED, ("foo", 2): NOT_NEEDED})
+    assert results(resp) == expected
+
+
+def test_preferred_election_does_not_trigger_unclean_election():
+    """ReplicationControlManagerTest.testPreferredElectionDoesNotTriggerUncleanElection"""
+    c = Kafka()
+    c.register_brokers(1, 2, 3, 4)
+    c.unfence_brokers(1, 2, 3, 4)
+    foo = c.create_test_topic("foo", [[1, 2, 3]])
+    c.fence_brokers({2, 3})
+    c.fence_brokers({1, 2, 3})
+    c.unfence_brokers(2)
+    assert (c.get(foo).leader, c.get(foo).isr) == (-1, (1,))
+    c.alter_topic_config("foo", "unclean.leader.election.enable", "true")
+    resp = c.elect(PREFERRED, {"foo": [0]})
+    assert c.records == [] and results(resp) == {("foo", 0): PREFERRED_UNAVAILABLE}
+
+
+def test_fence_multiple_brokers():
+    """ReplicationControlManagerTest.testFenceMultipleBrokers"""
+    c = Kafka()
+    c.register_brokers(0, 1, 2, 3, 4)
+    c.unfence_brokers(0, 1, 2, 3, 4)
+    foo = c.create_test_topic("foo", [[1, 2, 3], [2, 3, 4], [0, 2, 1]])
+    c.fence_brokers({2, 3})
+    p0, p1, p2 = (c.get(foo, i) for i in range(3))
+    assert (p0.replicas, p0.isr, p0.leader) == ((1, 2, 3), (1,), 1)
+    assert (p1.replicas, p1.isr, p1.leader) == ((2, 3, 4), (4,), 4)
+    assert (p2.replicas, p2.isr) == ((0, 2, 1), (0, 1)) and p2.leader != 2
+
+
+def test_elect_preferred_leaders():
+    """ReplicationControlManagerTest.testElectPreferredLeaders"""
+    c = Kafka()
+    c.register_brokers(0, 1, 2, 3, 4)
+    c.unfence_brokers(1, 2, 3, 4)
+    c.in_controlled_shutdown_brokers(1)
+    foo = c.create_test_topic("foo", [[1, 2, 3], [2, 3, 4], [0, 2, 1]])
+    request = {"foo": [0, 1, 2], "bar": [0, 1]}
+    no_bar = (error_code("UNKNOWN_TOPIC_OR_PARTITION"), "No such topic as bar")
+    resp = c.elect(PREFERRED, request)
+    assert c.records == []
+    assert results(resp) == {("foo", 0): PREFERRED_UNAVAILABLE, ("foo", 1): NOT_NEEDED,
+                             ("foo", 2): PREFERRED_UNAVAILABLE, ("bar", 0): no_bar, ("bar", 1): no_bar}
+    # Broker 1 must register again to leave its controlled shutdown.
+    c.log(ev("RegisterBrokerRecord", 3, BrokerId=1, BrokerEpoch=101, LogDirs=[broker_dir(1)],
+             IncarnationId=uuids.from_bytes(bytes([0xB1] * 16)), Fenced=True, EndPoints=[]))
+    c.unfence_brokers(0, 1)
+    for pid, isr in ((0, [1, 2, 3]), (2, [0, 2, 1])):
+        resp = c.alter_partition(foo, 2, isr, pid=pid)
+        assert (resp["ErrorCode"], resp["LeaderId"], resp["LeaderEpoch"], resp["Isr"], resp["PartitionEpoch"]) == (
+            0, 2, 0, isr, 1)
+    resp = c.elect(PREFERRED, request)
+    assert results(resp) == {("foo", 0): (0, None), ("foo", 1): NOT_NEEDED, ("foo", 2): (0, None),
+                             ("bar", 0): no_bar, ("bar", 1): no_bar}
+    assert [(r["data"]["PartitionId"], r["data"]["Leader"]) for r in c.records] == [(0, 1), (2, 0)]
+
+
+# --- unclean.leader.election.enable, heartbeats with offline directories, messages -------------------
+
+@pytest.mark.parametrize("scope, expected_leader", [
+    ((CONFIG_TOPIC, "foo"), 1), ((CONFIG_BROKER, "3000"), 1), ((CONFIG_BROKER, ""), 1), (None, -1)])
+def test_unclean_leader_election_enable_lookup(scope, expected_leader):
+    """Rule: ``ConfigurationControlManager.getTopicConfig`` (uncleanLeaderElectionEnabledForTopic): the
+    topic's config, then the active controller's dynamic broker config, then the cluster default
+    (``--entity-default``), then the static config. The active controller is the quorum leader (3000)."""
+    c = Kafka()
+    c.log(ev("LeaderChangeMessage", Version=0, LeaderId=3000, Voters=[{"VoterId": 3000}],
+             GrantingVoters=[{"VoterId": 3000}]))
+    c.register_brokers(0, 1)
+    c.unfence_brokers(0, 1)
+    foo = c.create_test_topic("foo", [[0, 1]])
+    c.fence_brokers({1})
+    if scope is not None:
+        c.log(ev("ConfigRecord", ResourceType=scope[0], ResourceName=scope[1],
+                 Name="unclean.leader.election.enable", Value="true"))
+    c.fence_brokers({0, 1})
+    c.unfence_brokers(1)  # 1 comes back: out of the ISR, it leads only by an unclean election
+    assert c.get(foo).leader == expected_leader
+
+
+def test_the_topic_config_wins_over_the_cluster_default():
+    """Rule: ``getTopicConfig``: a topic that says false is not elected uncleanly whatever the
+    cluster-wide default says."""
+    c = Kafka()
+    c.log(ev("ConfigRecord", ResourceType=CONFIG_BROKER, ResourceName="", Name="unclean.leader.election.enable",
+             Value="true"))
+    c.register_brokers(0, 1)
+    c.unfence_brokers(0, 1)
+    foo = c.create_test_topic("foo", [[0, 1]])
+    c.alter_topic_config("foo", "unclean.leader.election.enable", "false")
+    c.fence_brokers({1})
+    c.fence_brokers({0, 1})
+    c.unfence_brokers(1)
+    assert c.get(foo).leader == -1
+
+
+def test_offline_log_dirs_move_leadership_and_isr():
+    """Rule: ``ReplicationControlManager.handleDirectoriesOffline``: a heartbeat naming a failed
+    directory takes the broker out of the ISR of, and leadership over, the partitions living there,
+    then keeps only the online directories in its registration (BrokerRegistrationChangeRecord v2).
+    Reported again, it changes nothing."""
+    c = Kafka()
+    c.register_brokers(0, 1)
+    dirs = [uuids.from_bytes(bytes([0x40 + n] * 16)) for n in (1, 2)]
+    c.log(ev("RegisterBrokerRecord", 3, BrokerId=2, BrokerEpoch=102, LogDirs=sorted(dirs), Fenced=True,
+             IncarnationId=uuids.from_bytes(bytes([0xB2] * 16)), EndPoints=[]))
+    c.unfence_brokers(0, 1, 2)
+    foo = c.create_test_topic("foo", [[2, 0], [2, 1], [0, 2]])
+    for pid, directory in ((0, dirs[0]), (1, dirs[1]), (2, dirs[0])):  # where broker 2 put each replica
+        p = c.get(foo, pid)
+        c.log(ev("PartitionChangeRecord", 1, TopicId=foo, PartitionId=pid, Leader=-2, LeaderRecoveryState=-1,
+                 Directories=[directory if r == 2 else d for r, d in zip(p.replicas, p.directories)]))
+    resp = c.request("BrokerHeartbeatRequest", BrokerId=2, BrokerEpoch=102, CurrentMetadataOffset=CAUGHT_UP,
+                     WantFence=False, WantShutDown=False, OfflineLogDirs=[dirs[0]])
+    assert resp["ErrorCode"] == 0 and resp["IsFenced"] is False
+    assert [r["type"] for r in c.records] == ["PartitionChangeRecord"] * 2 + ["BrokerRegistrationChangeRecord"]
+    assert c.records[-1]["version"] == 2 and c.records[-1]["data"]["LogDirs"] == [dirs[1]]
+    assert [(c.get(foo, i).leader, c.get(foo, i).isr) for i in range(3)] == [(0, (0,)), (2, (2, 1)), (0, (0,))]
+    assert c.broker(2).directories == (dirs[1],)
+    c.request("BrokerHeartbeatRequest", BrokerId=2, BrokerEpoch=102, CurrentMetadataOffset=CAUGHT_UP,
+              WantFence=False, WantShutDown=False, OfflineLogDirs=[dirs[0]])
+    assert c.records == []
+
+
+def test_cancel_without_reassignment_has_no_message():
+    """Rule: ``cancelPartitionReassignment`` throws NoReassignmentInProgressException with the error's
+    own message, which ``ApiError.fromThrowable`` drops: the response carries none."""
+    c = Kafka()
+    c.register_brokers(0, 1)
+    c.unfence_brokers(0, 1)
+    c.create_test_topic("foo", [[0, 1]])
+    resp = c.request("AlterPartitionReassignmentsRequest", TimeoutMs=1000, Topics=[
+        {"Name": "foo", "Partitions": [{"PartitionIndex": 0, "Replicas": None}]}])
+    [partition] = resp["Responses"][0]["Partitions"]
+    assert (partition["ErrorCode"], partition["ErrorMessage"]) == (error_code("NO_REASSIGNMENT_IN_PROGRESS"), None)
