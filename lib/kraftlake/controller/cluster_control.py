@@ -8,13 +8,13 @@ soft state, rebuilt from heartbeats, so a controller that takes over a log start
 handled.
 
 Broker-level records must come out identical on every controller shard (ADR 0003), so no broker
-transition here depends on which partitions a shard holds. Hence the one change to Kafka's state
-machine: an unfenced broker asking to shut down always enters a persisted controlled shutdown, where
-Kafka fences it at once if it leads no partition, a fact no single shard knows. It shuts down (and is
-fenced) on a later heartbeat, once the other active brokers have seen the records that moved its
-leaderships, as in Kafka. Kafka's other condition for that, that it leads nothing, is not checked: it
-holds on every shard by then, since the records that moved its leaderships were written on every shard
-alike. So ``ShouldShutDown`` needs no merging across shards.
+transition here may depend on partitions a shard does not hold. One of Kafka's does: an unfenced broker
+that asks to shut down is fenced at once when it leads no partition, and otherwise enters a persisted
+controlled shutdown. Whether it leads anything is a fact of every partition, so it is decided exactly
+where the image holds every partition (``Context.whole_image``: one shard, the simulator, the in-process
+replay with one shard); a shard of several always takes the controlled shutdown, which ends at the
+broker's next heartbeat once the other active brokers have seen its records (ADR 0007 says why no
+single pass over independent shards can know more). ``ShouldShutDown`` then needs no merging.
 """
 
 from __future__ import annotations
