@@ -102,13 +102,15 @@ class Controller:
         self._replay(self.records)
         return self.records
 
-    def request(self, type_: str, **fields) -> dict:
+    def request(self, type_: str, *, version: int | None = None, **fields) -> dict:
+        """Decide a request (at ``version``, by default the newest) and replay what it writes."""
+        version = VERSIONS[type_] if version is None else version
         self.offset += 1
         expired = expire_sessions(self.image, self.state, self.ctx())
         self._replay(expired)
-        decision = decide(self.image, self.state, ev(type_, VERSIONS[type_], **fields), self.ctx())
+        decision = decide(self.image, self.state, ev(type_, version, **fields), self.ctx())
         assert decision.response["type"] == type_.replace("Request", "Response")
-        assert decision.response["version"] == VERSIONS[type_]
+        assert decision.response["version"] == version
         self._replay(decision.records)
         self.records = expired + decision.records
         return decision.response["data"]
