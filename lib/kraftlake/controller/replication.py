@@ -62,13 +62,15 @@ def broker_failover(image: ClusterImage, broker_id: int, ctx: Context,
                 continue
             election = topic_election(image, topic.name, ctx)
             policy = elr_policy(image, topic, ctx.config)
+            elr, min_isr = policy["elr"], policy["min_isr"]  # (not splatted: this loop runs per partition)
             for partition in topic.partitions.values():
                 if broker_id not in partition.isr and not (in_elr and broker_id in partition.elr):
                     continue
                 if directories is not None and _directory_of(partition, broker_id) not in directories:
                     continue
                 change = change_partition(partition, eligible, isr=[r for r in partition.isr if r != broker_id],
-                                          election=election, mv=mv, unclean_shutdown=shut_down, **policy)
+                                          election=election, mv=mv, unclean_shutdown=shut_down, elr=elr,
+                                          min_isr=min_isr)
                 if change is not None:
                     records.append(change)
     return records
