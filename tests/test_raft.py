@@ -13,7 +13,7 @@ from kraftlake.raft.config import RaftConfig
 CFG = RaftConfig(cluster_id="kraft", election_timeout_ms=1000, election_jitter_max_ms=0,
                  election_backoff_max_ms=1000, fetch_timeout_ms=2000)
 
-NONE, FENCED, UNKNOWN_EPOCH, NOT_LEADER, INVALID, VOTER_SET, CLUSTER = 0, 74, 75, 6, 42, 94, 104
+NONE, FENCED, UNKNOWN_EPOCH, NOT_LEADER, INVALID, CLUSTER = 0, 74, 75, 6, 42, 104
 
 
 def log_of(*epochs: int) -> RaftLog:
@@ -95,9 +95,11 @@ def test_vote_validation_errors():
     r = only(n.handle(vote(2, 1, epoch=4, last_epoch=3, last_offset=0), 10), "VoteResponse")
     assert (r["ErrorCode"], r["VoteGranted"], r["LeaderEpoch"]) == (FENCED, False, 5)
     assert only(n.handle(vote(2, 1, epoch=6, last_epoch=6), 10), "VoteResponse")["ErrorCode"] == INVALID
-    assert only(n.handle(vote(9, 1, epoch=6), 10), "VoteResponse")["ErrorCode"] == VOTER_SET
     assert only(n.handle(vote(2, 1, epoch=6, cluster="other"), 10), "VoteResponse")["ErrorCode"] == CLUSTER
+    assert only(n.handle(vote(-1, 1, epoch=6), 10), "VoteResponse")["ErrorCode"] == INVALID
     assert (n.state, n.epoch) == (UNATTACHED, 5)
+    # Kafka 4 (KIP-853) answers a candidate it does not know as a voter: its voter set may be newer
+    assert only(n.handle(vote(9, 1, epoch=6), 10), "VoteResponse")["ErrorCode"] == NONE
 
 
 def test_candidate_and_follower_do_not_vote_for_others_in_their_epoch():
@@ -149,7 +151,8 @@ def test_split_vote_then_a_new_epoch_after_backoff():
     cfg = RaftConfig(cluster_id="kraft", election_timeout_ms=1000, election_jitter_max_ms=0,
                      election_backoff_max_ms=0, fetch_timeout_ms=2000)
     voters = (1, 2, 3, 4)  # majority 3
-    n1, n2, n3, n4 = (node(i, voters, cfg=cfg) for i in voters)
+    n1, n2 = (node(i, voters, cfg=cfg) for i in (1, 2))
+    n3, n4 = (node(i, voters, cfg=cfg, now=500) for i in (3, 4))  # their election timers run to 1500
     out1, out2 = n1.tick(1000), n2.tick(1000)
     assert n1.state == n2.state == CANDIDATE and n1.epoch == n2.epoch == 1
     to = {(m["source"], m["destination"]): m for m in out1 + out2}
@@ -165,12 +168,9 @@ def test_split_vote_then_a_new_epoch_after_backoff():
         n1.handle(r, 1002)
     for r in (r32, r42, r12):
         n2.handle(r, 1002)
-    assert n1.state == n2.state == CANDIDATE  # 2 votes of 4 each: nobody wins epoch 1
-    # election timeout at 1000 + 1000, backoff max 0: a new candidacy in epoch 2 at once
-    assert n1.tick(1999) == [] and n1.epoch == 1
-    out = n1.tick(2000)
-    assert (n1.state, n1.epoch) == (CANDIDATE, 2)
-    assert sorted(m["destination"] for m in out if m["type"] == "VoteRequest") == [2, 3, 4]
+    # 2 votes of 4 each, and the other two rejected: no majority is possible any more, so each gives
+    # up at once (EpochElection.isVoteRejected) and, the backoff max being 0, stands in epoch 2
+    assert (n1.state, n1.epoch) == (n2.state, n2.epoch) == (CANDIDATE, 2)
 
 
 def test_candidate_asks_again_the_voters_that_did_not_answer():
@@ -372,7 +372,8 @@ def test_diverging_fetches_do_not_count_for_check_quorum():
 
 def test_zombie_leader_steps_down_when_fenced_by_a_higher_epoch():
     zombie = elected()  # leader of epoch 1, cut off
-    out = zombie.tick(1020)  # keeps announcing itself
+    assert zombie.tick(1999) == []
+    out = zombie.tick(2000)  # keeps announcing itself to every voter each fetch.timeout / 2 (Kafka 4)
     req = [m for m in out if m["type"] == "BeginQuorumEpochRequest" and m["destination"] == 2][0]
     peer = node(node_id=2, epoch=4)
     peer.handle(begin(3, 2, epoch=5), 10)  # 2 follows 3 in epoch 5
@@ -506,12 +507,13 @@ def test_observer_finds_the_leader_through_any_voter_and_never_stands():
     out = obs.handle(resp[0], 12)
     assert (obs.state, obs.epoch, obs.leader_id) == (FOLLOWER, 4, 1)
     assert only(out, "FetchRequest")["CurrentLeaderEpoch"] == 4
-    # without a leader for the fetch timeout an observer goes back to unattached, never to candidate
-    obs.tick(12 + 2000)
-    assert obs.state == UNATTACHED and obs.epoch == 4
+    # Kafka 4: without a fetch answered for the fetch timeout an observer stays a follower and asks any
+    # voter for the leader; it never stands for election
+    out = obs.tick(12 + 2000)
+    assert (obs.state, obs.epoch, obs.leader_id) == (FOLLOWER, 4, 1)
+    assert only(out, "FetchRequest")["CurrentLeaderEpoch"] == 4
     obs.tick(100_000)
-    assert obs.state == UNATTACHED
-    assert only(obs.handle(vote(2, 9, epoch=5), 100_001), "VoteResponse")["ErrorCode"] == VOTER_SET
+    assert obs.state == FOLLOWER and not any(e["event"] == "election_started" for e in obs.events)
 
 
 def test_describe_quorum_on_the_leader():
@@ -596,7 +598,9 @@ def test_alter_quorum_errors():
     assert n.target_voters is None
 
 
-def test_a_leader_removed_from_the_voters_resigns_once_that_is_committed():
+def test_a_leader_removed_from_the_voters_steps_aside_once_that_is_committed():
+    """Kafka 4: a leader whose removal is committed becomes unattached in the next epoch, an observer
+    of the new voter set, which elects a leader of its own."""
     n = elected()  # leader 1 of 1,2,3
     n.handle(fetch(2, 1, epoch=1, offset=1, last_epoch=1), 1010)
     n.handle(alter(1, [2, 3]), 1020)
@@ -604,9 +608,8 @@ def test_a_leader_removed_from_the_voters_resigns_once_that_is_committed():
     n.handle(fetch(2, 1, epoch=1, offset=2, last_epoch=1), 1030)
     assert n.high_watermark == 1 and n.state == LEADER  # {2, 3} needs both
     out = n.handle(fetch(3, 1, epoch=1, offset=2, last_epoch=1), 1040)
-    assert n.high_watermark == 2 and n.state == RESIGNED
-    ends = [m for m in out if m["type"] == "EndQuorumEpochRequest"]
-    assert sorted(m["destination"] for m in ends) == [2, 3]
+    assert n.high_watermark == 2 and (n.state, n.epoch, n.leader_id) == (UNATTACHED, 2, -1)
+    assert not n.is_voter and [m["type"] for m in out] == ["FetchResponse", "FetchRequest"]  # looks for the leader
     assert ("leader_removed_from_voters", None, None) in voter_events(n)
 
 

@@ -41,19 +41,24 @@ CANDIDATE = "candidate"
 LEADER = "leader"
 FOLLOWER = "follower"
 RESIGNED = "resigned"
+# Not a Raft state: a replica that was asked to truncate committed entries stops (Kafka treats it as
+# fatal), keeping its log for an operator to look at, until it is restarted.
+FAILED = "failed"
 
 NO_LEADER = -1
 NO_DIRECTORY = "AAAAAAAAAAAAAAAAAAAAAA"  # Uuid.ZERO_UUID: replica directories (KIP-853) are not modelled
 # KafkaRaftClient.RETRY_BACKOFF_BASE_MS: the unit of the election backoffs.
 RETRY_BACKOFF_BASE_MS = 100
+# LeaderState.OBSERVER_SESSION_TIMEOUT_MS: an observer that has not fetched for this long is forgotten.
+OBSERVER_SESSION_TIMEOUT_MS = 300_000
 
 NONE = error_code("NONE")
 FENCED_LEADER_EPOCH = error_code("FENCED_LEADER_EPOCH")
 UNKNOWN_LEADER_EPOCH = error_code("UNKNOWN_LEADER_EPOCH")
 NOT_LEADER_OR_FOLLOWER = error_code("NOT_LEADER_OR_FOLLOWER")
 INCONSISTENT_CLUSTER_ID = error_code("INCONSISTENT_CLUSTER_ID")
-INCONSISTENT_VOTER_SET = error_code("INCONSISTENT_VOTER_SET")
 INVALID_REQUEST = error_code("INVALID_REQUEST")
+VOTER_NOT_FOUND = error_code("VOTER_NOT_FOUND")
 
 def message(type_: str, source: int, destination: int, **data: Any) -> dict:
     return {"type": type_, "source": source, "destination": destination, "data": data}
@@ -81,6 +86,7 @@ class ReplicaProgress:
     last_fetch_ms: int = -1
     last_caught_up_ms: int = -1
     acknowledged: bool = False
+    last_fetch_leader_end: int = -1  # the leader's log end offset when this replica last fetched
 
 
 @dataclass
@@ -97,6 +103,7 @@ class RaftNode:
     events: list[dict] = field(default_factory=list)
     # The seed's AlterQuorum: the voter set the leader is moving to, one voter at a time (None: no change).
     target_voters: tuple[int, ...] | None = None
+    failed: str | None = None  # why the replica stopped (state FAILED), None while it runs
 
     def __post_init__(self) -> None:
         self.voters = tuple(sorted(self.voters))
@@ -119,6 +126,9 @@ class RaftNode:
         self._fetch_cid: int | None = None  # the fetch in flight
         self._incoming_cid: int | None = None
         self._next_append_ms: int | None = None
+        self._resign_unacked: set[int] = set()  # ResignedState: voters yet to answer EndQuorumEpoch
+        self._next_resign_ms: int | None = None
+        self._fetch_any_voter = False  # an observer's next fetch goes to any voter, to find the leader
 
     # ------------------------------------------------------------------ construction / durable state
     @classmethod
@@ -133,10 +143,16 @@ class RaftNode:
         voted = durable.get("voted_for")
         node.voted_for = voted  # a vote survives the restart, whatever the state
         if leader == node_id:
-            node._become_resigned(now_ms, ())
+            node._become_resigned(now_ms, ())  # its EndQuorumEpoch requests go out at the first poll
             node.leader_id = node_id
         elif leader != NO_LEADER:
             node._become_follower(leader, node.epoch, now_ms)
+        elif voted == node_id and node.is_voter:
+            # QuorumState.initialize: a voter that voted for itself is a candidate again, same epoch
+            node.state, node.leader_id, node._retries = CANDIDATE, NO_LEADER, 1
+            node._granted = {node_id}
+            node._deadline = now_ms + node._election_timeout()
+            node._next_fetch_ms = now_ms  # its vote requests go out at the first poll
         elif voted is not None:
             node.voted_for = voted
             node.state = VOTED
@@ -147,7 +163,7 @@ class RaftNode:
 
     # Private fields that are plain values, saved as they are by ``to_dict``.
     _SCALARS = ("_deadline", "_backoff_until", "_retries", "_epoch_start_offset", "_next_begin_ms", "_next_fetch_ms",
-                "_started", "_cid", "_fetch_cid", "_next_append_ms")
+                "_started", "_cid", "_fetch_cid", "_next_append_ms", "_next_resign_ms", "_fetch_any_voter")
 
     def to_dict(self) -> dict:
         """The whole node, durable and soft state, as JSON-able values: the streaming job keeps one per
@@ -164,8 +180,9 @@ class RaftNode:
             "granted": sorted(self._granted), "rejected": sorted(self._rejected),
             "check_quorum_fetchers": sorted(self._check_quorum_fetchers),
             "preferred_successors": list(self._preferred_successors),
-            "progress": [[r, p.end_offset, p.last_fetch_ms, p.last_caught_up_ms, p.acknowledged]
-                         for r, p in sorted(self._progress.items())],
+            "progress": [[r, p.end_offset, p.last_fetch_ms, p.last_caught_up_ms, p.acknowledged,
+                          p.last_fetch_leader_end] for r, p in sorted(self._progress.items())],
+            "resign_unacked": sorted(self._resign_unacked), "failed": self.failed,
             **{name: getattr(self, name) for name in self._SCALARS},
         }
 
@@ -180,9 +197,11 @@ class RaftNode:
         node._granted, node._rejected = set(d["granted"]), set(d["rejected"])
         node._check_quorum_fetchers = set(d["check_quorum_fetchers"])
         node._preferred_successors = tuple(d["preferred_successors"])
-        node._progress = {r: ReplicaProgress(end, fetch, caught_up, ack) for r, end, fetch, caught_up, ack in d["progress"]}
+        node._progress = {row[0]: ReplicaProgress(*row[1:]) for row in d["progress"]}
+        node._resign_unacked = set(d.get("resign_unacked", ()))
+        node.failed = d.get("failed")
         for name in cls._SCALARS:
-            setattr(node, name, d[name])
+            setattr(node, name, d.get(name, getattr(node, name)))
         return node
 
     def durable_state(self) -> dict:
@@ -201,7 +220,7 @@ class RaftNode:
     def next_deadline(self) -> int | None:
         """The earliest event time at which ``tick`` does something: exact, so that a driver can tick a
         node at its deadlines only and get the same run as one that ticks it all the time."""
-        if not self._started:
+        if not self._started or self.state == FAILED:
             return None
         s = self.state
         if s == CANDIDATE:
@@ -209,15 +228,30 @@ class RaftNode:
         elif s == FOLLOWER:
             timers = (self._deadline, self._next_fetch_ms)
         elif s == LEADER:
-            timers = (self._deadline, self._next_append_ms,
-                      self._next_begin_ms if self._unacknowledged() else None)
+            timers = (self._deadline, self._next_append_ms, self._next_begin_ms if len(self.voters) > 1 else None)
         else:  # unattached, voted, resigned: a voter stands for election, an observer looks for the leader
             timers = (self._deadline,) if self.is_voter else (self._next_fetch_ms,) if self.voters else ()
+            if s == RESIGNED and self._resign_unacked:
+                timers += (self._next_resign_ms,)
         times = [t for t in timers if t is not None]
         return min(times) if times else None
 
-    def replica_progress(self) -> dict[int, ReplicaProgress]:
+    def replica_progress(self, now_ms: int | None = None) -> dict[int, ReplicaProgress]:
+        """The leader's view of the replicas; as of ``now_ms``, without the observers it has forgotten."""
+        if now_ms is not None:
+            self._clear_inactive_observers(now_ms)
         return dict(self._progress)
+
+    def hw_known(self) -> bool:
+        """A new leader knows no high watermark until an entry of its own epoch is committed
+        (``LeaderState.highWatermark`` is empty until then); every other state reports what it has."""
+        return self.state != LEADER or self.high_watermark > self._epoch_start_offset
+
+    def _clear_inactive_observers(self, now: int) -> None:
+        # LeaderState.clearInactiveObservers: observers silent for OBSERVER_SESSION_TIMEOUT_MS are dropped
+        for r in [r for r, p in self._progress.items() if r not in self.voters and r != self.node_id
+                  and p.last_fetch_ms >= 0 and now - p.last_fetch_ms >= OBSERVER_SESSION_TIMEOUT_MS]:
+            del self._progress[r]
 
     # ----------------------------------------------------------------------------------- the API
     def tick(self, now_ms: int) -> list[dict]:
@@ -225,10 +259,15 @@ class RaftNode:
         if not self._started:
             self._started = True
             self._become_unattached(self.epoch, now_ms)
+        if self.state == FAILED:
+            return []
         self._poll(now_ms, out)
         return self._finish(out, None)
 
     def handle(self, msg: Mapping[str, Any], now_ms: int) -> list[dict]:
+        """One message addressed to this node. A malformed one (a field missing or of the wrong type)
+        is answered INVALID_REQUEST if it is a request and otherwise dropped, with a ``malformed_message``
+        event: no message can stop a replica. A FAILED replica answers nothing."""
         if not self._started:
             self._started = True
             self._become_unattached(self.epoch, now_ms)
@@ -236,8 +275,17 @@ class RaftNode:
         handler = getattr(self, "_on_" + msg["type"], None)
         if handler is None:
             raise ValueError(f"not a quorum RPC: {msg['type']}")
+        if self.state == FAILED:
+            self.note(now_ms, "dropped_while_failed", message=msg["type"])
+            return []
         self._incoming_cid = msg.get("correlation_id")
-        handler(msg["source"], msg["data"], now_ms, out)
+        try:
+            handler(msg["source"], msg["data"], now_ms, out)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            out = []
+            self.note(now_ms, "malformed_message", message=msg["type"], error=repr(exc))
+            if msg["type"].endswith("Request"):
+                out.append(self._error_response(msg["type"], msg["source"], INVALID_REQUEST))
         self._poll(now_ms, out)
         return self._finish(out, self._incoming_cid)
 
@@ -319,11 +367,15 @@ class RaftNode:
             self._maybe_change_voters(now, out)
             if self.state != LEADER:
                 return
-            if now >= self._next_begin_ms and self._unacknowledged():
-                for v in self._unacknowledged():
-                    out.append(message("BeginQuorumEpochRequest", self.node_id, v, ClusterId=self.config.cluster_id,
-                                       VoterId=v, LeaderId=self.node_id, LeaderEpoch=self.epoch))
-                self._next_begin_ms = now + self.config.retry_backoff_ms
+            if now >= self._next_begin_ms and len(self.voters) > 1:
+                # Kafka 4 (KIP-853): every voter hears BeginQuorumEpoch again each fetch.timeout / 2, so a
+                # voter that missed the election (or was added since) finds the leader without a timeout
+                for v in self.voters:
+                    if v != self.node_id:
+                        out.append(message("BeginQuorumEpochRequest", self.node_id, v,
+                                           ClusterId=self.config.cluster_id, VoterId=v, LeaderId=self.node_id,
+                                           LeaderEpoch=self.epoch))
+                self._next_begin_ms = now + max(1, self.config.fetch_timeout_ms // 2)
         elif s == CANDIDATE:
             if self._backoff_until is not None:
                 if now >= self._backoff_until:
@@ -341,13 +393,19 @@ class RaftNode:
                 if self.is_voter:
                     self.note(now, "fetch_timeout")
                     self._become_candidate(now, out)
-                else:
-                    self._become_unattached(self.epoch, now)
-                return
+                    return
+                # Kafka 4's pollFollowerAsObserver: an observer stays a follower and asks any voter
+                self.note(now, "fetch_timeout")
+                self._deadline = now + self.config.fetch_timeout_ms
+                self._fetch_any_voter, self._next_fetch_ms = True, now
             if self._next_fetch_ms is not None and now >= self._next_fetch_ms:
-                out.append(message("FetchRequest", self.node_id, self.leader_id, ClusterId=self.config.cluster_id,
-                                   ReplicaId=self.node_id, CurrentLeaderEpoch=self.epoch,
-                                   FetchOffset=self.log.end_offset, LastFetchedEpoch=self.log.last_epoch))
+                timed_out = self._fetch_cid is not None  # the last fetch got no answer in time
+                if not self.is_voter and (timed_out or self._fetch_any_voter):
+                    target = self._any_voter()
+                else:
+                    target = self.leader_id
+                self._fetch_any_voter = False
+                out.append(self._fetch_request(target))
                 self._next_fetch_ms = now + self.config.request_timeout_ms
         elif s in (UNATTACHED, VOTED, RESIGNED):
             if self.is_voter and self._deadline is not None and now >= self._deadline:
@@ -355,11 +413,26 @@ class RaftNode:
             elif not self.is_voter and self._next_fetch_ms is not None and now >= self._next_fetch_ms and self.voters:
                 # an observer finds the leader by fetching from any voter (Kafka: the bootstrap servers);
                 # the error response's CurrentLeader names the leader
-                target = self.voters[self._rng.randrange(len(self.voters))]
-                out.append(message("FetchRequest", self.node_id, target, ClusterId=self.config.cluster_id,
-                                   ReplicaId=self.node_id, CurrentLeaderEpoch=self.epoch,
-                                   FetchOffset=self.log.end_offset, LastFetchedEpoch=self.log.last_epoch))
+                out.append(self._fetch_request(self._any_voter()))
                 self._next_fetch_ms = now + self.config.request_timeout_ms
+            if s == RESIGNED and self._resign_unacked and self._next_resign_ms is not None \
+                    and now >= self._next_resign_ms:
+                self._send_end_quorum_epoch(sorted(self._resign_unacked), out)
+                self._next_resign_ms = now + self.config.request_timeout_ms
+
+    def _fail(self, now: int, reason: str) -> None:
+        self.note(now, "replica_failed", reason=reason, high_watermark=self.high_watermark,
+                  log_end_offset=self.log.end_offset)
+        self._reset()
+        self.state, self.failed = FAILED, reason
+
+    def _any_voter(self) -> int:
+        return self.voters[self._rng.randrange(len(self.voters))]
+
+    def _fetch_request(self, destination: int) -> dict:
+        return message("FetchRequest", self.node_id, destination, ClusterId=self.config.cluster_id,
+                       ReplicaId=self.node_id, CurrentLeaderEpoch=self.epoch, FetchOffset=self.log.end_offset,
+                       LastFetchedEpoch=self.log.last_epoch)
 
     # ----------------------------------------------------------------------------- transitions
     def note(self, now: int, kind: str, **detail: Any) -> None:
@@ -375,6 +448,8 @@ class RaftNode:
         self._check_quorum_fetchers = set()
         self._preferred_successors = ()
         self._next_append_ms = None
+        self._resign_unacked, self._next_resign_ms = set(), None
+        self._fetch_any_voter = False
 
     def _enter(self, state: str, leader: int, epoch: int, now: int) -> None:
         """Unattached or following in ``epoch``: a leader that learns of a later epoch steps down, and a
@@ -388,15 +463,25 @@ class RaftNode:
         self._retries = 0
 
     def _become_unattached(self, epoch: int, now: int) -> None:
+        """Unattached in ``epoch``. An unattached, voted or candidate voter keeps the election timer it
+        had running (``QuorumState.transitionToUnattached``): learning of a later epoch without a
+        leader does not put off its own candidacy. A sole voter stands at once."""
+        running = self._deadline if self.state in (UNATTACHED, VOTED, CANDIDATE) else None
         self._enter(UNATTACHED, NO_LEADER, epoch, now)
-        self._deadline = now + self._election_timeout()
+        if self.voters == (self.node_id,):
+            self._deadline = now
+        else:
+            self._deadline = running if running is not None else now + self._election_timeout()
         if not self.is_voter:
             self._next_fetch_ms = now
 
     def _become_voted(self, candidate: int, now: int) -> None:
+        running = self._deadline
         self._reset()
         self.state, self.voted_for, self.leader_id = VOTED, candidate, NO_LEADER
-        self._deadline = now + self._election_timeout()
+        self._deadline = running if running is not None else now + self._election_timeout()
+        if not self.is_voter:
+            self._next_fetch_ms = now  # (Kafka 4 lets an observer vote; it still looks for the leader)
 
     def _become_follower(self, leader: int, epoch: int, now: int) -> None:
         self._enter(FOLLOWER, leader, epoch, now)
@@ -449,12 +534,19 @@ class RaftNode:
         if not self.is_voter:
             self._next_fetch_ms = now  # no longer a voter: find the next leader as an observer does
         self.note(now, "leader_resigned", preferred_successors=list(successors))
+        # ResignedState.unackedVoters: EndQuorumEpoch goes to every other voter, and again every request
+        # timeout to those that have not answered (a restarted leader sends its first ones at once)
+        self._resign_unacked = {v for v in self.voters if v != self.node_id}
+        self._next_resign_ms = now
         if out is not None:
-            for v in self.voters:
-                if v != self.node_id:
-                    out.append(message("EndQuorumEpochRequest", self.node_id, v, ClusterId=self.config.cluster_id,
-                                       LeaderId=self.node_id, LeaderEpoch=self.epoch,
-                                       PreferredSuccessors=list(successors)))
+            self._send_end_quorum_epoch(sorted(self._resign_unacked), out)
+            self._next_resign_ms = now + self.config.request_timeout_ms
+
+    def _send_end_quorum_epoch(self, voters: list[int], out: list[dict]) -> None:
+        for v in voters:
+            out.append(message("EndQuorumEpochRequest", self.node_id, v, ClusterId=self.config.cluster_id,
+                               LeaderId=self.node_id, LeaderEpoch=self.epoch,
+                               PreferredSuccessors=list(self._preferred_successors)))
 
     def _unacknowledged(self) -> list[int]:
         return [v for v, p in sorted(self._progress.items()) if not p.acknowledged and v != self.node_id]
@@ -470,8 +562,8 @@ class RaftNode:
             return FENCED_LEADER_EPOCH
         if remote < 0:
             return INVALID_REQUEST
-        if not self.is_voter or remote not in self.voters:
-            return INCONSISTENT_VOTER_SET
+        # Kafka 4 (KIP-853) no longer answers INCONSISTENT_VOTER_SET here: with a dynamic quorum a
+        # replica may not know the voter set the sender is right about yet
         return NONE
 
     def _validate_leader_only(self, request_epoch: int) -> int:
@@ -505,6 +597,17 @@ class RaftNode:
             self._become_follower(leader, epoch, now)
             return True
         return epoch < self.epoch  # stale: ignore
+
+    def _error_response(self, request_type: str, destination: int, error: int) -> dict:
+        """The answer to a request this node refuses before reading it, in that response's shape."""
+        response = request_type[:-len("Request")] + "Response"
+        if response == "FetchResponse":
+            return message(response, self.node_id, destination, ErrorCode=error, HighWatermark=-1,
+                           DivergingEpoch={"Epoch": -1, "EndOffset": -1}, CurrentLeader=self._leader_fields(),
+                           Records=[])
+        if response == "AlterQuorumResponse":
+            return message(response, self.node_id, destination, ErrorCode=error)
+        return message(response, self.node_id, destination, ErrorCode=error, **self._leader_fields())
 
     def _leader_fields(self) -> dict:
         # quorum.leaderIdOrSentinel(): a resigned leader still names itself for its epoch
@@ -545,6 +648,10 @@ class RaftNode:
             return
         if d["ErrorCode"] != NONE or self.state != CANDIDATE or d["LeaderEpoch"] != self.epoch:
             return
+        if src not in self.voters:
+            return  # only voters' votes count (CandidateState keeps a state per voter only)
+        if self._backoff_until is not None:
+            return  # this election was given up on: Kafka 4 is no longer a candidate of it
         if d["VoteGranted"]:
             self._granted.add(src)
             self._rejected.discard(src)
@@ -552,10 +659,16 @@ class RaftNode:
                 self._become_leader(now, out)
         else:
             self._rejected.add(src)
-            if len(self._rejected) >= self.majority and self._backoff_until is None:
-                # rejected by a majority: back off before the next epoch
+            if self._vote_rejected():
+                # the votes still possible cannot make a majority: back off before the next epoch
                 self._backoff_until = now + self._binary_exponential_backoff()
                 self._deadline = self._next_fetch_ms = None
+
+    def _vote_rejected(self) -> bool:
+        """``EpochElection.isVoteRejected``: granted plus not yet answered falls short of a majority."""
+        granted = len(self._granted & set(self.voters))
+        unrecorded = len(self.voters) - granted - len(self._rejected & set(self.voters))
+        return granted + unrecorded < self.majority
 
     # ---------------------------------------------------------------------- BeginQuorumEpoch
     def _on_BeginQuorumEpochRequest(self, src: int, d: Mapping, now: int, out: list[dict]) -> None:
@@ -600,7 +713,10 @@ class RaftNode:
         reply(NONE)
 
     def _on_EndQuorumEpochResponse(self, src: int, d: Mapping, now: int, out: list[dict]) -> None:
-        self._handle_common_response(d["LeaderId"], d["LeaderEpoch"], now)
+        if self._handle_common_response(d["LeaderId"], d["LeaderEpoch"], now):
+            return
+        if d["ErrorCode"] == NONE and self.state == RESIGNED and d["LeaderEpoch"] == self.epoch:
+            self._resign_unacked.discard(src)  # ResignedState.acknowledgeResignation
 
     # ---------------------------------------------------------------------------------- Fetch
     def _on_FetchRequest(self, src: int, d: Mapping, now: int, out: list[dict]) -> None:
@@ -621,7 +737,7 @@ class RaftNode:
         if err != NONE:
             return reply(err)
         valid, div_epoch, div_offset = self.log.validate_offset_and_epoch(fetch_offset, last_epoch)
-        hw = self.high_watermark if self._hw_known() else -1
+        hw = self.high_watermark if self.hw_known() else -1
         if not valid:
             self.note(now, "fetch_diverging", replica_id=replica, diverging_epoch=div_epoch,
                         diverging_end_offset=div_offset)
@@ -629,12 +745,17 @@ class RaftNode:
         if replica >= 0:
             self._note_fetch(replica, now)
             p = self._progress.setdefault(replica, ReplicaProgress())
+            # ReplicaState.updateFollowerState: caught up now if it reached our end; caught up as of its
+            # previous fetch if it reached the end we had then
             if fetch_offset >= self.log.end_offset:
                 p.last_caught_up_ms = max(p.last_caught_up_ms, now)
+            elif p.last_fetch_leader_end > 0 and fetch_offset >= p.last_fetch_leader_end:
+                p.last_caught_up_ms = max(p.last_caught_up_ms, p.last_fetch_ms)
+            p.last_fetch_leader_end = self.log.end_offset
             p.end_offset, p.last_fetch_ms, p.acknowledged = fetch_offset, max(p.last_fetch_ms, now), True
             if replica in self.voters:
                 self._maybe_update_high_watermark(now)
-        hw = self.high_watermark if self._hw_known() else -1
+        hw = self.high_watermark if self.hw_known() else -1
         end = min(self.log.end_offset, fetch_offset + self.config.fetch_max_records)
         records = [{"Offset": o, "Epoch": self.log.entries[o].epoch, "Value": self.log.entries[o].value}
                    for o in range(fetch_offset, end)]
@@ -645,7 +766,7 @@ class RaftNode:
         if replica not in self.voters or replica == self.node_id:
             return
         self._check_quorum_fetchers.add(replica)
-        if len(self._check_quorum_fetchers) + 1 >= self.majority:
+        if len(self._check_quorum_fetchers) + (1 if self.is_voter else 0) >= self.majority:
             self._deadline = now + self._check_quorum_timeout()
             self._check_quorum_fetchers = set()
 
@@ -653,9 +774,6 @@ class RaftNode:
         # LeaderState.checkQuorumTimer: CHECK_QUORUM_TIMEOUT_FACTOR (1.5) x the fetch timeout, so that
         # the followers' fetch timeouts fire before the leader gives up
         return int(self.config.fetch_timeout_ms * self.config.check_quorum_timeout_factor)
-
-    def _hw_known(self) -> bool:
-        return self.state != LEADER or self.high_watermark > self._epoch_start_offset
 
     def _on_FetchResponse(self, src: int, d: Mapping, now: int, out: list[dict]) -> None:
         if self._incoming_cid is not None and self._incoming_cid != self._fetch_cid:
@@ -665,17 +783,25 @@ class RaftNode:
         if self._handle_common_response(cur["LeaderId"], cur["LeaderEpoch"], now):
             return
         if self.state != FOLLOWER or src != self.leader_id:
+            if self.state != FOLLOWER and not self.is_voter and self._next_fetch_ms is not None:
+                # an observer still looking for the leader tries again after the backoff
+                self._next_fetch_ms = min(self._next_fetch_ms, now + self.config.retry_backoff_ms)
             return
         if d["ErrorCode"] != NONE:
+            # (BROKER_NOT_AVAILABLE, say): back off; an observer then asks any voter for the leader
             self._next_fetch_ms = now + self.config.retry_backoff_ms
+            self._fetch_any_voter = not self.is_voter
             return
         self._deadline = now + self.config.fetch_timeout_ms  # resetFetchTimeoutForSuccessfulFetch
         div = d["DivergingEpoch"]
         if div["Epoch"] >= 0:
             before = self.log.end_offset
             if div["EndOffset"] < self.high_watermark:
-                self.note(now, "truncation_below_high_watermark", end_offset=div["EndOffset"],
-                            high_watermark=self.high_watermark)
+                # Committed entries are never dropped: Kafka treats this as fatal. The replica stops and
+                # keeps its log, for an operator to see (quorum_state says failed) until it is restarted.
+                self._fail(now, f"asked by leader {src} of epoch {self.epoch} to truncate to "
+                                f"{div['EndOffset']}, below its high watermark {self.high_watermark}")
+                return
             truncated = self.log.truncate_to_end_offset(div["Epoch"], div["EndOffset"])
             self._refresh_voters()
             self.note(now, "truncation", from_offset=before, to_offset=truncated,
@@ -702,6 +828,11 @@ class RaftNode:
         if self.state != LEADER:
             return reply(NOT_LEADER_OR_FOLLOWER)
         target = d.get("TargetVoters")
+        if target is not None and (not isinstance(target, (list, tuple))
+                                   or any(type(v) is not int for v in target)):
+            return reply(INVALID_REQUEST)
+        if target is not None and not target:
+            return reply(VOTER_NOT_FOUND)  # no voter left: Kafka refuses to remove the last one
         if target is None or tuple(sorted(target)) == self.voters:
             if self.target_voters is not None:
                 self.note(now, "voter_change_cancelled", target_voters=list(self.target_voters),
@@ -718,13 +849,16 @@ class RaftNode:
         """One voter change at a time, each only once the previous one is committed: first add the target
         voters, each once it has caught up to the high watermark, then remove the others (the leader
         last). A leader that committed a voter set without itself resigns."""
+        if not self.hw_known():
+            return  # Raft safety: no voter change before an entry of this epoch is committed
         latest = self.log.latest_voters()
         if latest is not None and latest[1] >= self.high_watermark:
             return  # the last change is not committed yet
         if not self.is_voter:
+            # removed, and that is committed: it is no leader of the new voter set (Kafka 4: unattached
+            # in the next epoch), and finds the next leader as an observer
             self.note(now, "leader_removed_from_voters")
-            others = sorted(self.voters, key=lambda v: (-(self._progress.get(v, ReplicaProgress()).end_offset or -1), v))
-            self._become_resigned(now, tuple(others), out)
+            self._become_unattached(self.epoch + 1, now)
             return
         target = self.target_voters
         if target is None:
@@ -762,7 +896,8 @@ class RaftNode:
                         (-1 if p.end_offset is None else p.end_offset),
                         "LastFetchTimestamp": now if me else p.last_fetch_ms,
                         "LastCaughtUpTimestamp": now if me else p.last_caught_up_ms}
-            body["HighWatermark"] = self.high_watermark if self._hw_known() else -1
+            self._clear_inactive_observers(now)
+            body["HighWatermark"] = self.high_watermark if self.hw_known() else -1
             body["CurrentVoters"] = [row(r, p) for r, p in sorted(self._progress.items()) if r in self.voters]
             body["Observers"] = [row(r, p) for r, p in sorted(self._progress.items()) if r not in self.voters]
         out.append({"type": "DescribeQuorumResponse", "source": self.node_id, "destination": src, "data": body})

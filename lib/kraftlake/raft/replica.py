@@ -327,7 +327,7 @@ class Replica:
             "replica_id": self.replica_id, "state": "down" if self.down else node.state,
             "leader_id": node.leader_id, "leader_epoch": node.epoch,
             "voted_id": -1 if node.voted_for is None else node.voted_for,
-            "high_watermark": node.high_watermark, "log_end_offset": node.log.end_offset,
+            "high_watermark": node.high_watermark if node.hw_known() else -1, "log_end_offset": node.log.end_offset,
             "last_fetched_epoch": node.log.last_epoch, "current_voters": list(node.voters),
             "target_voters": None if node.target_voters is None else list(node.target_voters),
             "offset": self.last_offset, "timestamp": now})]
@@ -337,7 +337,7 @@ class Replica:
         node = self.node
         assert node is not None and self.last_time is not None
         now = self.last_time
-        progress = node.replica_progress()
+        progress = node.replica_progress(now)
         end = node.log.end_offset
         target = node.target_voters
         rows = []
