@@ -845,12 +845,19 @@ class RaftNode:
         self.note(now, "voter_change_started", target_voters=list(self.target_voters), voters=list(self.voters))
         reply(NONE)
 
+    def _voter_change_allowed(self) -> bool:
+        """Raft safety: no voter change before an entry of this epoch is committed. Otherwise a leader
+        elected by the old voters could commit a change whose majority misses an uncommitted change of
+        the previous leader, and two majorities would commit different entries at one offset (the
+        single-server change bug; Kafka refuses voter changes until the leader's high watermark is known)."""
+        return self.hw_known()
+
     def _maybe_change_voters(self, now: int, out: list[dict]) -> None:
         """One voter change at a time, each only once the previous one is committed: first add the target
         voters, each once it has caught up to the high watermark, then remove the others (the leader
         last). A leader that committed a voter set without itself resigns."""
-        if not self.hw_known():
-            return  # Raft safety: no voter change before an entry of this epoch is committed
+        if not self._voter_change_allowed():
+            return
         latest = self.log.latest_voters()
         if latest is not None and latest[1] >= self.high_watermark:
             return  # the last change is not committed yet

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from kraftlake.raft.config import RaftConfig
 from kraftlake.raft.log import LogEntry
-from kraftlake.raft.node import LEADER
+from kraftlake.raft.node import LEADER, RaftNode
 from kraftlake.raft.replica import Replica, traffic_event
 
 START_MS = 1_763_550_000_000  # event time of the simulation's first instant
@@ -52,10 +52,23 @@ class SimConfig:
     down_ms: int = 2_000  # mean downtime
     resign_every_ms: int = 8_000  # mean time between graceful shutdowns of the leader (EndQuorumEpoch)
     alter_every_ms: int = 0  # mean time between AlterQuorum requests (0: the voters never change)
+    # every newly elected leader is asked at once to remove a voter (the case where Raft's single-server
+    # change loses committed entries unless the leader first commits an entry of its own epoch)
+    alter_on_election: bool = False
+    one_way_every_ms: int = 0  # mean time between one-way link failures (a hears b, b does not hear a)
     log_check_every_ms: int = 100  # log matching is checked every this often (it is quadratic)
     raft: RaftConfig = field(default_factory=lambda: RaftConfig(
         cluster_id="sim", election_timeout_ms=500, election_backoff_max_ms=500, fetch_timeout_ms=1000,
         request_timeout_ms=300, append_interval_ms=50))
+
+
+# The mix that finds the single-server voter change bug when the rule against it is off (issue 14):
+# 4 voters (an even count, so one leader's added voter and the next one's removal can have disjoint
+# majorities), an observer to add, a removal asked of every new leader at once, frequent partitions and
+# one-way link failures. With the rule on, it keeps Raft's safety; with it off, seed 427 loses entries.
+VOTER_CHANGE_MIX = SimConfig(voters=4, observers=1, duration_ms=10_000, alter_every_ms=400, alter_on_election=True,
+                             partition_every_ms=1000, partition_ms=1000, one_way_every_ms=200, crash_every_ms=4000,
+                             resign_every_ms=4000)
 
 
 @dataclass
@@ -97,17 +110,15 @@ class Simulation:
         self.down: dict[int, int] = {}  # node -> restart time
         self.group: dict[int, int] = {i: 0 for i in self.ids}
         self.heal_at: int | None = None
+        self.one_way: dict[tuple[int, int], int] = {}  # (source, destination) cut -> heal time
         self.queue: list[tuple[int, int, dict]] = []
         self.seq = 0
         self.traffic: list[dict] = []
         self.violations: list[Violation] = []
         self.leaders: dict[int, int] = {}
-        self.committed: list[LogEntry] = []
-        self.commit_epoch: list[int] = []  # the epoch in which each committed offset was first seen committed
-        self.hw_seen: dict[int, int] = {}
+        self.checker = SafetyChecker(self.violations)
         self.messages = 0
         self.events: list[dict] = []
-        self.checked: dict[int, tuple] = {}  # node -> what its log and hw were when last checked
 
     # ----------------------------------------------------------------------------------- network
     def _send(self, msgs: list[dict], now: int) -> None:
@@ -126,7 +137,8 @@ class Simulation:
     def _reachable(self, a: int, b: int) -> bool:
         if a == ADMIN:
             return b not in self.down
-        return a not in self.down and b not in self.down and self.group[a] == self.group[b]
+        return (a not in self.down and b not in self.down and self.group[a] == self.group[b]
+                and (a, b) not in self.one_way)
 
     def _deliver(self, replica_id: int, event: dict) -> None:
         """Record the event as traffic and hand it to the replica, as a replay will."""
@@ -141,6 +153,8 @@ class Simulation:
                     if other != replica_id:
                         self._violate(row["timestamp"], "election_safety",
                                       f"epoch {row['epoch']}: leaders {other} and {replica_id}")
+                    elif self.cfg.alter_on_election:
+                        self._remove_a_voter(row["timestamp"], replica_id)
         self._send(sent, event["timestamp"])
 
     def _lifecycle(self, replica_id: int, now: int, type_: str, **data: object) -> None:
@@ -152,8 +166,7 @@ class Simulation:
         self._lifecycle(replica_id, now, "ReplicaStartup", ClusterId=raft.cluster_id, Voters=list(self.voter_ids),
                         JitterSeed=self.seed, Configs=[{"Name": k, "Value": v} for k, v in
                                                        sorted(raft.kafka_configs().items())])
-        self.hw_seen[replica_id] = self.replicas[replica_id].node.high_watermark
-        self.checked.pop(replica_id, None)
+        self.checker.restarted(replica_id, self.replicas[replica_id].node.high_watermark)
 
     def _leader(self) -> int | None:
         live = [(r.node.epoch, i) for i, r in self.replicas.items()
@@ -168,6 +181,12 @@ class Simulation:
         elif self.heal_at is None and self.rng.random() < step / cfg.partition_every_ms:
             self.group = {i: self.rng.randrange(2) for i in self.ids}
             self.heal_at = now + self.rng.randint(1, 2 * cfg.partition_ms)
+        for link, heal in sorted(self.one_way.items()):
+            if now >= heal:
+                del self.one_way[link]
+        if cfg.one_way_every_ms and self.rng.random() < step / cfg.one_way_every_ms:
+            a, b = self.rng.sample(self.ids, 2)
+            self.one_way[(a, b)] = now + self.rng.randint(1, 2 * cfg.partition_ms)
         for i, back in sorted(self.down.items()):
             if now >= back:
                 del self.down[i]
@@ -183,10 +202,10 @@ class Simulation:
         if cfg.alter_every_ms and self.rng.random() < step / cfg.alter_every_ms:
             self._alter_quorum(now)
 
-    def _alter_quorum(self, now: int) -> None:
-        """An operator asks the node it believes leads for new voters: swap one voter for a non-voter,
-        add or remove one, or cancel (null)."""
-        target_node = self._leader() or self.rng.choice(self.ids)
+    def _alter_quorum(self, now: int, target_node: int | None = None) -> None:
+        """An operator asks the node it believes leads (or ``target_node``) for new voters: swap one
+        voter for a non-voter, add or remove one, or cancel (null)."""
+        target_node = target_node or self._leader() or self.rng.choice(self.ids)
         node = self.replicas[target_node].node
         voters = list(node.voters) if node is not None else list(self.voter_ids)
         others = [i for i in self.ids if i not in voters]
@@ -204,6 +223,16 @@ class Simulation:
                "data": {"TargetVoters": target}}
         self._send([msg], now)
 
+    def _remove_a_voter(self, now: int, leader: int) -> None:
+        """An operator removes a voter as soon as a leader is elected (never the leader itself)."""
+        voters = list(self.replicas[leader].node.voters)
+        removable = [v for v in voters if v != leader]
+        if len(voters) <= 2 or not removable:
+            return
+        target = sorted(set(voters) - {self.rng.choice(removable)})
+        self._send([{"type": "AlterQuorumRequest", "source": ADMIN, "destination": leader,
+                     "data": {"TargetVoters": target}}], now)
+
     # -------------------------------------------------------------------------------------- run
     def run(self) -> SimResult:
         now = START_MS
@@ -219,7 +248,7 @@ class Simulation:
             if i not in self.down:
                 self._deliver(i, {**traffic_event({"type": "DescribeQuorumRequest", "source": ADMIN,
                                                    "destination": i, "data": {}}, now), "source_id": ADMIN})
-        return SimResult(self.seed, self.violations, dict(self.leaders), len(self.committed), self.messages,
+        return SimResult(self.seed, self.violations, dict(self.leaders), len(self.checker.committed), self.messages,
                          self.events, self.traffic, self.replicas)
 
     def _until(self, end: int) -> None:
@@ -245,7 +274,31 @@ class Simulation:
 
     def _check(self, now: int) -> None:
         nodes = {i: r.node for i, r in self.replicas.items() if r.node is not None}
-        live = {i: n for i, n in nodes.items() if i not in self.down}
+        self.checker.check(now, nodes, set(self.down), log_matching=not (now - START_MS) % self.cfg.log_check_every_ms)
+
+
+class SafetyChecker:
+    """Raft's safety properties over the nodes of one run, checked as often as the caller likes:
+    election safety is the caller's (it sees the elections), the rest is here. ``violations`` is shared
+    with the caller."""
+
+    def __init__(self, violations: list[Violation]) -> None:
+        self.violations = violations
+        self.committed: list[LogEntry] = []
+        self.commit_epoch: list[int] = []  # the epoch in which each committed offset was first seen committed
+        self.hw_seen: dict[int, int] = {}
+        self.checked: dict[int, tuple] = {}  # node -> what its log and hw were when last checked
+
+    def restarted(self, node_id: int, high_watermark: int) -> None:
+        """A node came back: its high watermark may restart lower (it is not durable)."""
+        self.hw_seen[node_id] = high_watermark
+        self.checked.pop(node_id, None)
+
+    def _violate(self, now: int, rule: str, detail: str) -> None:
+        self.violations.append(Violation(now, rule, detail))
+
+    def check(self, now: int, nodes: dict[int, RaftNode], down: set[int], log_matching: bool = True) -> None:
+        live = {i: n for i, n in nodes.items() if i not in down}
         # committed prefix: grows from any node's high watermark, which must agree with it
         for i, n in live.items():
             hw = n.high_watermark
@@ -277,7 +330,7 @@ class Simulation:
                         self._violate(now, "leader_completeness",
                                       f"leader {i} of epoch {n.epoch} misses offset {o}, committed in epoch {epoch}")
                         break
-        if (now - START_MS) % self.cfg.log_check_every_ms:
+        if not log_matching:
             return
         logs = [(i, n.log.entries) for i, n in nodes.items()]
         for x in range(len(logs)):
@@ -295,4 +348,5 @@ def simulate(seed: int, config: SimConfig = SimConfig()) -> SimResult:
     return Simulation(seed, config).run()
 
 
-__all__ = ["ADMIN", "START_MS", "SimConfig", "SimResult", "Simulation", "Violation", "simulate"]
+__all__ = ["ADMIN", "START_MS", "VOTER_CHANGE_MIX", "SafetyChecker", "SimConfig", "SimResult", "Simulation", "Violation",
+           "simulate"]
