@@ -7,59 +7,10 @@ test), never computed by the code under test. Jitter is 0 so timeouts land on ex
 from __future__ import annotations
 
 from kraftlake.raft.node import CANDIDATE, FOLLOWER, LEADER, RESIGNED, UNATTACHED, VOTED, RaftNode, message
-from kraftlake.raft.log import LogEntry, RaftLog
 from kraftlake.raft.config import RaftConfig
 
-CFG = RaftConfig(cluster_id="kraft", election_timeout_ms=1000, election_jitter_max_ms=0,
-                 election_backoff_max_ms=1000, fetch_timeout_ms=2000)
-
-NONE, FENCED, UNKNOWN_EPOCH, NOT_LEADER, INVALID, CLUSTER = 0, 74, 75, 6, 42, 104
-
-
-def log_of(*epochs: int) -> RaftLog:
-    return RaftLog(LogEntry(e, f"r{i}") for i, e in enumerate(epochs))
-
-
-def node(node_id=1, voters=(1, 2, 3), epochs=(), epoch=0, cfg=CFG, now=0) -> RaftNode:
-    n = RaftNode(node_id, voters, cfg, log_of(*epochs), epoch=epoch)
-    n.tick(now)
-    return n
-
-
-def vote(src, dst, epoch, last_epoch=0, last_offset=0, cluster="kraft"):
-    return message("VoteRequest", src, dst, ClusterId=cluster, VoterId=dst, CandidateEpoch=epoch, CandidateId=src,
-                   LastOffsetEpoch=last_epoch, LastOffset=last_offset)
-
-
-def granted(src, dst, epoch, yes=True):
-    return message("VoteResponse", src, dst, ErrorCode=0, VoteGranted=yes, LeaderId=-1, LeaderEpoch=epoch)
-
-
-def fetch(src, dst, epoch, offset, last_epoch, cluster="kraft"):
-    return message("FetchRequest", src, dst, ClusterId=cluster, ReplicaId=src, CurrentLeaderEpoch=epoch,
-                   FetchOffset=offset, LastFetchedEpoch=last_epoch)
-
-
-def begin(src, dst, epoch):
-    return message("BeginQuorumEpochRequest", src, dst, ClusterId="kraft", VoterId=dst, LeaderId=src,
-                   LeaderEpoch=epoch)
-
-
-def only(out, type_):
-    found = [m for m in out if m["type"] == type_]
-    assert len(found) == 1, out
-    return found[0]["data"]
-
-
-def elected(node_id=1, voters=(1, 2, 3), epochs=(), epoch=0, cfg=CFG) -> RaftNode:
-    """Node ``node_id`` times out at 1000 ms (jitter 0), stands in epoch+1 and wins with the next voters' votes."""
-    n = node(node_id, voters, epochs, epoch, cfg)
-    n.tick(1000)
-    assert n.state == CANDIDATE and n.epoch == epoch + 1
-    for v in [v for v in voters if v != node_id][: len(voters) // 2]:
-        n.handle(granted(v, node_id, epoch + 1), 1000)
-    assert n.state == LEADER
-    return n
+from raft_harness import (CFG, CLUSTER, FENCED, INVALID, NONE, NOT_LEADER, UNKNOWN_EPOCH, begin, elected, fetch,
+    granted, log_of, node, only, vote)
 
 
 # ----------------------------------------------------------------------------------- vote granting

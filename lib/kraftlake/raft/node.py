@@ -128,7 +128,8 @@ class RaftNode:
         self._next_append_ms: int | None = None
         self._resign_unacked: set[int] = set()  # ResignedState: voters yet to answer EndQuorumEpoch
         self._next_resign_ms: int | None = None
-        self._fetch_any_voter = False  # an observer's next fetch goes to any voter, to find the leader
+        # an observer's next fetch goes to a voter other than this one (-1: any voter), to find the leader
+        self._fetch_elsewhere: int | None = None
 
     # ------------------------------------------------------------------ construction / durable state
     @classmethod
@@ -163,7 +164,7 @@ class RaftNode:
 
     # Private fields that are plain values, saved as they are by ``to_dict``.
     _SCALARS = ("_deadline", "_backoff_until", "_retries", "_epoch_start_offset", "_next_begin_ms", "_next_fetch_ms",
-                "_started", "_cid", "_fetch_cid", "_next_append_ms", "_next_resign_ms", "_fetch_any_voter")
+                "_started", "_cid", "_fetch_cid", "_next_append_ms", "_next_resign_ms", "_fetch_elsewhere")
 
     def to_dict(self) -> dict:
         """The whole node, durable and soft state, as JSON-able values: the streaming job keeps one per
@@ -397,14 +398,13 @@ class RaftNode:
                 # Kafka 4's pollFollowerAsObserver: an observer stays a follower and asks any voter
                 self.note(now, "fetch_timeout")
                 self._deadline = now + self.config.fetch_timeout_ms
-                self._fetch_any_voter, self._next_fetch_ms = True, now
+                self._fetch_elsewhere, self._next_fetch_ms = -1, now
             if self._next_fetch_ms is not None and now >= self._next_fetch_ms:
-                timed_out = self._fetch_cid is not None  # the last fetch got no answer in time
-                if not self.is_voter and (timed_out or self._fetch_any_voter):
-                    target = self._any_voter()
-                else:
-                    target = self.leader_id
-                self._fetch_any_voter = False
+                if not self.is_voter and self._fetch_cid is not None:  # the last fetch got no answer in time
+                    self._fetch_elsewhere = self.leader_id
+                target = self.leader_id if self.is_voter or self._fetch_elsewhere is None else \
+                    self._any_voter(self._fetch_elsewhere)
+                self._fetch_elsewhere = None
                 out.append(self._fetch_request(target))
                 self._next_fetch_ms = now + self.config.request_timeout_ms
         elif s in (UNATTACHED, VOTED, RESIGNED):
@@ -426,8 +426,10 @@ class RaftNode:
         self._reset()
         self.state, self.failed = FAILED, reason
 
-    def _any_voter(self) -> int:
-        return self.voters[self._rng.randrange(len(self.voters))]
+    def _any_voter(self, avoid: int = -1) -> int:
+        """A voter chosen at random (Kafka: a ready bootstrap server), other than ``avoid`` if possible."""
+        choices = [v for v in self.voters if v != avoid] or list(self.voters)
+        return choices[self._rng.randrange(len(choices))]
 
     def _fetch_request(self, destination: int) -> dict:
         return message("FetchRequest", self.node_id, destination, ClusterId=self.config.cluster_id,
@@ -449,7 +451,7 @@ class RaftNode:
         self._preferred_successors = ()
         self._next_append_ms = None
         self._resign_unacked, self._next_resign_ms = set(), None
-        self._fetch_any_voter = False
+        self._fetch_elsewhere = None
 
     def _enter(self, state: str, leader: int, epoch: int, now: int) -> None:
         """Unattached or following in ``epoch``: a leader that learns of a later epoch steps down, and a
@@ -530,7 +532,7 @@ class RaftNode:
         self._reset()
         self.state, self.leader_id = RESIGNED, self.node_id
         self._preferred_successors = successors
-        self._deadline = now + self._election_timeout()
+        self._deadline = now if self.voters == (self.node_id,) else now + self._election_timeout()
         if not self.is_voter:
             self._next_fetch_ms = now  # no longer a voter: find the next leader as an observer does
         self.note(now, "leader_resigned", preferred_successors=list(successors))
@@ -788,9 +790,12 @@ class RaftNode:
                 self._next_fetch_ms = min(self._next_fetch_ms, now + self.config.retry_backoff_ms)
             return
         if d["ErrorCode"] != NONE:
-            # (BROKER_NOT_AVAILABLE, say): back off; an observer then asks any voter for the leader
-            self._next_fetch_ms = now + self.config.retry_backoff_ms
-            self._fetch_any_voter = not self.is_voter
+            # (BROKER_NOT_AVAILABLE, say): a voter backs off and asks its leader again; an observer asks
+            # another voter at once, the leader's connection being the one backing off (Kafka)
+            if self.is_voter:
+                self._next_fetch_ms = now + self.config.retry_backoff_ms
+            else:
+                self._next_fetch_ms, self._fetch_elsewhere = now, src
             return
         self._deadline = now + self.config.fetch_timeout_ms  # resetFetchTimeoutForSuccessfulFetch
         div = d["DivergingEpoch"]
