@@ -29,7 +29,7 @@ for a in "$@"; do
 done
 
 set +e
-"$KL_PY" -m pytest "${targets[@]+"${targets[@]}"}" "$@"
+"$KL_PY" -m pytest -rs "${targets[@]+"${targets[@]}"}" "$@"  # -rs: a skipped test says why
 rc=$?
 set -e
 if (( rc == 5 )); then

@@ -10,7 +10,7 @@ import pstats
 import statistics
 import time
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from kraftlake import codec
 from kraftlake.controller.cluster_control import ControllerState, expire_sessions, take_over
@@ -19,6 +19,7 @@ from kraftlake.controller.dispatch import decide
 from kraftlake.controller.shards import ShardState, replay_log, routes, step
 from kraftlake.image.cluster_image import ClusterImage
 from kraftlake.image.replay import replay
+from kraftlake.metadata.progress import Meter
 from kraftlake.sim.workload import failover_cluster, generate
 
 from benchmarks.stats import chunks, fit, log
@@ -28,7 +29,8 @@ def decode_all(path: Path, full_history: bool = False) -> int:
     return sum(1 for item in codec.decode_partition_dir(path, full_history) if isinstance(item, dict))
 
 
-def core_replay_chunked(events: Iterable[dict], shards: int, chunk: int = 50_000) -> tuple[float, int, list[ShardState]]:
+def core_replay_chunked(events: Iterable[dict], shards: int, chunk: int = 50_000,
+                        meter: Meter | None = None) -> tuple[float, int, list[ShardState]]:
     """The shards' steps over the log in chunks of ``chunk`` events, as the streaming job runs them per
     micro-batch (state kept, outputs dropped). Only routing and the steps are timed, not generating the
     events, and the log is never held whole: memory stays that of the images."""
@@ -44,6 +46,8 @@ def core_replay_chunked(events: Iterable[dict], shards: int, chunk: int = 50_000
             step(shard, shards, states[shard], per_shard[shard])
         seconds += time.perf_counter() - started
         count += len(batch)
+        if meter is not None:
+            meter.update(count)
     return seconds, count, states
 
 
@@ -144,7 +148,9 @@ def profile_core(events: list[dict], shards: int, top: int = 15) -> dict:
             "by_own_time": sorted(rows, key=lambda r: -r["own_s"])[:top]}
 
 
-def scaling(sizes: dict, args: argparse.Namespace) -> dict:
+def scaling(sizes: dict, args: argparse.Namespace, meter: Callable[[str, int], Meter] | None = None) -> dict:
+    """How replay time, state and failover grow with partitions and events; ``meter(label, events)`` makes
+    a progress meter for each replay."""
     out: dict = {"partitions": [], "events": []}
     ppt = args.partitions_per_topic
     for partitions in sizes["scaling_partitions"]:
@@ -153,7 +159,8 @@ def scaling(sizes: dict, args: argparse.Namespace) -> dict:
         # the cost per event does
         total = 2 * args.brokers + topics + 2 * topics * ppt
         seconds, count, states = core_replay_chunked(
-            generate(total, brokers=args.brokers, topics=topics, partitions_per_topic=ppt), args.shards)
+            generate(total, brokers=args.brokers, topics=topics, partitions_per_topic=ppt), args.shards,
+            meter=meter and meter(f"bench scaling {topics * ppt:,} partitions", total))
         sizes_ = state_sizes(states)
         states = None
         gc.collect()
@@ -168,7 +175,8 @@ def scaling(sizes: dict, args: argparse.Namespace) -> dict:
     events_sizes = list(sizes["scaling_events"]) + ([10_000_000] if args.events_1e7 else [])
     for events in events_sizes:
         seconds, count, states = core_replay_chunked(
-            generate(events, brokers=args.brokers, topics=args.topics, partitions_per_topic=ppt), args.shards)
+            generate(events, brokers=args.brokers, topics=args.topics, partitions_per_topic=ppt), args.shards,
+            meter=meter and meter(f"bench scaling {events:,} events", events))
         out["events"].append({"events": count, "partitions": args.topics * ppt, "replay_s": round(seconds, 3),
                               "records_per_s": round(count / seconds), "state_bytes": sum(state_sizes(states))})
         states = None

@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Iterable
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
-from kraftlake.cli.runtime import open_warehouse
+from kraftlake.cli.runtime import meter, open_warehouse
 from kraftlake.codec.writer import write_partition_dir
+from kraftlake.metadata.progress import Meter
 from kraftlake.controller.shards import replay_log
 from kraftlake.sim.workload import generate
 from kraftlake.spark.controller_query import ControllerSettings, run
@@ -59,7 +60,7 @@ QUICK = {"events": 3_000, "topics": 10, "partitions_per_topic": 10, "failover_pa
 
 
 def write_log_streaming(log_dir: Path, events: Iterable[dict], segment_events: int = 2_000_000,
-                        chunk: int = 100_000) -> tuple[int, int]:
+                        chunk: int = 100_000, meter: Meter | None = None) -> tuple[int, int]:
     """A Kafka partition directory written chunk by chunk, rolling a segment every ``segment_events``
     (memory stays bounded by a chunk); (events, bytes)."""
     from kraftlake.codec.writer import encode_events
@@ -76,6 +77,8 @@ def write_log_streaming(log_dir: Path, events: Iterable[dict], segment_events: i
             data = encode_events(part, first_offset=count, batch_records=200)
             handle.write(data)
             count, size = count + len(part), size + len(data)
+            if meter is not None:
+                meter.update(count, f"{size / 1e6:,.0f} MB")
     finally:
         if handle is not None:
             handle.close()
@@ -93,20 +96,23 @@ def measure_target(config, work: Path, args: argparse.Namespace) -> dict:
     shutil.rmtree(work / "target", ignore_errors=True)
     started = time.perf_counter()
     count, size = write_log_streaming(log_dir, generate(events, brokers=args.brokers, topics=topics,
-                                                        partitions_per_topic=per_topic))
+                                                        partitions_per_topic=per_topic),
+                                      meter=meter(config, "bench generate", "events", events))
     out["generate_and_encode_s"] = round(time.perf_counter() - started, 1)
     out["log_bytes"] = size
     log(f"target: {count:,} events, {size / 1e6:,.0f} MB in {out['generate_and_encode_s']} s")
     warehouse = open_warehouse(config.with_overrides({"kraftlake.warehouse": str(work / "target" / "warehouse")}),
                                "kraftlake-bench-target")
     stages: dict = {}
-    timed("ingest into Delta", stages, count, lambda: ingest_source(warehouse, str(log_dir), progress_every=60))
+    timed("ingest into Delta", stages, count,
+          lambda: ingest_source(warehouse, str(log_dir), meter=meter(config, "bench ingest")))
     scan = lambda: warehouse.read_df("metadata_log").selectExpr("sum(hash(*))").collect()
     scan()
     timed("raw Delta scan (Spark)", stages, count, scan)
     settings = ControllerSettings(shards=args.shards, checkpoint=str(work / "target" / "checkpoint"), once=True,
                                   max_records_per_batch=args.target_batch)
-    timed("Spark replay (AvailableNow)", stages, count, lambda: run(warehouse, settings, progress_every=60))
+    timed("Spark replay (AvailableNow)", stages, count,
+          lambda: run(warehouse, settings, meter(config, "bench replay", "offsets")))
     replay_s = stages["Spark replay (AvailableNow)"]["seconds"]
     out["stages"] = stages
     out["spark/raw scan"] = round(stages["Spark replay (AvailableNow)"]["records_per_s"]
@@ -188,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
 
     report["failover"] = measure_failover(sizes["failover_partitions"], args.brokers, repeats=5, full_step=True)
     gc.collect()
-    report["scaling"] = scaling(sizes, args)
+    report["scaling"] = scaling(sizes, args, lambda label, total: meter(config, label, "events", total))
 
     if not args.skip_spark:
         warehouse_dir = work / "warehouse"
@@ -198,14 +204,15 @@ def main(argv: list[str] | None = None) -> int:
         warehouse = open_warehouse(config.with_overrides({"kraftlake.warehouse": str(warehouse_dir)}),
                                    "kraftlake-bench")
         timed("ingest into Delta", stages, args.events,
-              lambda: ingest_source(warehouse, str(log_dir), progress_every=30))
+              lambda: ingest_source(warehouse, str(log_dir), meter=meter(config, "bench ingest")))
         scan = lambda: warehouse.read_df("metadata_log").selectExpr("sum(hash(*))").collect()
         # twice, the second timed: the first also pays for starting the Python data source's workers
         scan()
         timed("raw Delta scan (Spark)", stages, args.events, scan)
         settings = ControllerSettings(shards=args.shards, checkpoint=str(work / "checkpoint"), once=True,
                                       max_records_per_batch=config.get_int("kraftlake.controller.max.records.per.batch"))
-        timed("Spark replay (AvailableNow)", stages, args.events, lambda: run(warehouse, settings, progress_every=30))
+        timed("Spark replay (AvailableNow)", stages, args.events,
+              lambda: run(warehouse, settings, meter(config, "bench replay", "offsets")))
         spark_rate = stages["Spark replay (AvailableNow)"]["records_per_s"]
         report["ratios"] = {
             "spark/core": round(spark_rate / stages["core replay"]["records_per_s"], 3),

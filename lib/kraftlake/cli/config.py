@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from kraftlake.metadata.config import ENGINES, Config, load_layers, parse_override
+from kraftlake.metadata.progress import ALWAYS, NEVER
 
 __all__ = ["add_common_arguments", "config_from_args"]
 
@@ -22,6 +23,10 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
                        help="stop at the first bad input event instead of writing it to `rejected` (kraftlake.strict)")
     group.add_argument("--engine", choices=ENGINES,
                        help="Delta storage engine (kraftlake.engine)")
+    group.add_argument("--progress", dest="progress", action="store_const", const=ALWAYS, default=None,
+                       help="progress lines on stderr even when it is not a terminal (kraftlake.progress)")
+    group.add_argument("--no-progress", dest="progress", action="store_const", const=NEVER,
+                       help="no progress lines (kraftlake.progress=never)")
     return parser
 
 
@@ -37,5 +42,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
     engine = getattr(args, "engine", None)
     if engine is not None:
         flags["kraftlake.engine"] = engine
+    progress = getattr(args, "progress", None)
+    if progress is not None:
+        flags["kraftlake.progress"] = progress
     return load_layers(getattr(args, "conf_file", None),
-                 [(overrides, "--override"), (flags, "--warehouse/--engine/--strict")])
+                       [(overrides, "--override"), (flags, "--warehouse/--engine/--strict/--progress")])

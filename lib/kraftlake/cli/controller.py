@@ -19,7 +19,8 @@ import argparse
 import sys
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
-from kraftlake.cli.runtime import kafka_configs, open_warehouse
+from kraftlake.cli.runtime import kafka_configs, meter, open_warehouse
+from kraftlake.metadata.progress import NEVER
 from kraftlake.spark.controller_query import ControllerSettings, reset, run
 
 
@@ -46,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.reset:
         reset(warehouse, checkpoint)
     try:
-        finished = run(warehouse, settings)
+        finished = run(warehouse, settings, meter(config, "controller", "offsets"),
+                       status_every=None if config.get_str("kraftlake.progress") == NEVER else
+                       config.get_int("kraftlake.controller.status.interval.ms", minimum=1) / 1000)
     except RuntimeError as exc:
         print(f"controller: {exc}", file=sys.stderr)
         return 1

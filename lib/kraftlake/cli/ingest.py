@@ -18,7 +18,7 @@ import json
 import sys
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
-from kraftlake.cli.runtime import open_warehouse
+from kraftlake.cli.runtime import meter, open_warehouse
 from kraftlake.storage.ingest import SourceSummary, StrictModeError, ingest
 
 
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         summaries = ingest(warehouse, args.sources, strict=config.get_bool("kraftlake.strict"),
                            full_history=args.full_history,
                            batch_records=config.get_int("kraftlake.ingest.batch.records", minimum=1),
-                           on_source=printer)
+                           meter=lambda source: meter(config, f"ingest {source}"), on_source=printer)
     except StrictModeError as exc:
         print(f"ingest: {exc}; nothing of this source was committed", file=sys.stderr)
         return 1

@@ -24,7 +24,7 @@ import time
 from collections import Counter
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
-from kraftlake.cli.runtime import kafka_configs, open_warehouse
+from kraftlake.cli.runtime import kafka_configs, meter, open_warehouse
 from kraftlake.sim.cluster import DEFAULT_MIX, START_MS, ClusterSimulator, SimulationOptions, parse_mix
 from kraftlake.sim.cluster_traffic import IngestMismatch, Written, write_requests
 
@@ -119,15 +119,17 @@ def main(argv: list[str] | None = None) -> int:
     simulator = ClusterSimulator(options, kafka_configs(config))
     started = time.monotonic()
 
-    def progress(w: Written) -> None:
-        print(f"[simulate] {w.requests:,}/{args.events:,} requests, offsets {w.first_offset}..{w.last_offset}: "
-              f"generated at {w.requests / max(w.generating_s, 1e-9):,.0f} requests/s, ingested at "
-              f"{w.requests / max(w.ingesting_s, 1e-9):,.0f} rows/s, event time "
-              f"{(simulator.now - options.start_ms) / 1000:,.0f} s", file=sys.stderr, flush=True)
+    progress = meter(config, "simulate", "requests", args.events)
+
+    def on_chunk(w: Written) -> None:
+        progress.update(w.requests, f"offsets {w.first_offset}..{w.last_offset}, generated at "
+                                    f"{w.requests / max(w.generating_s, 1e-9):,.0f} requests/s, ingested at "
+                                    f"{w.requests / max(w.ingesting_s, 1e-9):,.0f} rows/s, event time "
+                                    f"{(simulator.now - options.start_ms) / 1000:,.0f} s")
 
     try:
         written = write_requests(warehouse, simulator, args.events, f"seed-{args.seed}", args.chunk_lines,
-                                 args.keep_chunks, progress)
+                                 args.keep_chunks, on_chunk)
     except IngestMismatch as exc:
         print(f"simulate: {exc}", file=sys.stderr)
         return 1

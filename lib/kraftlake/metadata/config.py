@@ -24,6 +24,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import NoReturn
 
+from kraftlake.metadata import progress
+
 __all__ = [
     "Config",
     "ConfigError",
@@ -328,6 +330,8 @@ def _validate(config: Config) -> None:
     config.get_int("kraftlake.shards", minimum=1)
     config.get_bool("kraftlake.strict")
     config.get_int("kraftlake.ingest.batch.records", minimum=1)
+    config.get_str("kraftlake.progress", choices=progress.MODES)
+    config.get_int("kraftlake.progress.interval.ms", minimum=0)
 
 
 def _warn_unknown(known: Iterable[str], layer: Mapping[str, str], source: str) -> None:

@@ -25,10 +25,11 @@ from kraftlake.codec.events import json_bytes
 from kraftlake.controller.shards import (SKIPPED, TOPIC_SCOPED, Output, ShardState, gc_paused, merged_responses,
     step)
 from kraftlake.metadata.config import defaults
+from kraftlake.metadata.progress import Meter
 from kraftlake.metadata.schemas import StructSpec, registry
 from kraftlake.metadata.tables import (FIXED_COLUMNS, derived_tables, metadata_log_schema, table_arrow_schema, table_keys,
                                        tables_of)
-from kraftlake.spark.queries import delete_dir, query_id, start_sink, supervise
+from kraftlake.spark.queries import LogProgress, MetadataLogEnd, delete_dir, query_id, start_sink, supervise
 from kraftlake.spark.quorum_query import start_quorum
 from kraftlake.storage import Warehouse
 from kraftlake.storage.tables import controller_log_schema, controller_log_to_arrow, rows_to_arrow
@@ -368,11 +369,15 @@ def start(warehouse: Warehouse, settings: ControllerSettings):
                       lambda batch_df, txn: write_outputs(warehouse, _outputs_of(batch_df.toArrow()), txn))
 
 
-def run(warehouse: Warehouse, settings: ControllerSettings, progress_every: float = 10.0,
-        out: TextIO | None = None) -> bool:
+def run(warehouse: Warehouse, settings: ControllerSettings, meter: Meter | None = None,
+        status_every: float | None = None, out: TextIO | None = None) -> bool:
     """Run the controller query and the quorum query (``quorum_query``) until they end (``--once``) or
-    forever, printing progress; False if stopped by a signal (see ``queries.supervise``)."""
+    forever; False if stopped by a signal (see ``queries.supervise``). Progress in log offsets goes to
+    ``meter``; when running continuously, a status line every ``status_every`` seconds says how far behind
+    the log's end the controller is."""
     query = start(warehouse, settings)
     quorum = start_quorum(warehouse, settings.checkpoint, settings.once, settings.kafka_config,
                           settings.max_records_per_batch, settings.trigger_interval_ms)
-    return supervise({"controller": query, "quorum": quorum}, settings.once, progress_every, out)
+    meter = meter or Meter("controller", "offsets", enabled=False, out=out)
+    progress = LogProgress(MetadataLogEnd(warehouse), meter, settings.once, status_every)
+    return supervise({"controller": query, "quorum": quorum}, settings.once, progress, out)

@@ -16,7 +16,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, TextIO
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
+
+from kraftlake.metadata.progress import Meter
+from kraftlake.storage.deltars import DeltaRsTables
 
 Sink = Callable[[Any, tuple[str, int]], Any]
 
@@ -65,9 +70,11 @@ def start_sink(outputs: Any, name: str, checkpoint: str, once: bool, trigger_int
     return writer.start()
 
 
-def supervise(queries: Mapping[str, Any], once: bool, progress_every: float = 10.0, out: TextIO | None = None) -> bool:
-    """Wait for the queries (the first one's progress is printed) until they end (``once``) or forever;
-    False if stopped by a signal. One failed query stops the others and raises.
+def supervise(queries: Mapping[str, Any], once: bool, on_progress: Callable[[dict | None], None] | None = None,
+              out: TextIO | None = None) -> bool:
+    """Wait for the queries until they end (``once``) or forever; False if stopped by a signal. One failed
+    query stops the others and raises. ``on_progress`` sees the first query's ``lastProgress`` about once a
+    second (``LogProgress`` turns it into progress and status lines).
 
     SIGINT and SIGTERM only set a flag that the loop checks every second before it stops the queries: the
     driver's main thread is usually inside a py4j call when they arrive, and stopping a query from the
@@ -81,20 +88,13 @@ def supervise(queries: Mapping[str, Any], once: bool, progress_every: float = 10
     if threading.current_thread() is threading.main_thread():
         previous = {sig: signal.signal(sig, lambda signum, frame: stop_requested.append(signum))
                     for sig in (signal.SIGINT, signal.SIGTERM)}
-    last_batch, last_print = None, -progress_every
     try:
         while any(q.isActive for q in queries.values()) and not stop_requested:
             next((q for q in queries.values() if q.isActive), main).awaitTermination(1)
             if not once and not all(q.isActive for q in queries.values()):
                 break  # one query failed: stop the others and report
-            progress = main.lastProgress
-            quiet = time.monotonic() - last_print < progress_every
-            if progress and progress["batchId"] != last_batch and progress["numInputRows"] and not quiet:
-                last_batch, last_print = progress["batchId"], time.monotonic()
-                end = progress["sources"][0].get("endOffset") if progress.get("sources") else None
-                print(f"[{main_name}] batch {last_batch}: {progress['numInputRows']:,} log rows, "
-                      f"log offset {end}, {progress.get('processedRowsPerSecond', 0):,.0f} rows/s",
-                      file=out, flush=True)
+            if on_progress is not None:
+                on_progress(main.lastProgress)
         if stop_requested:
             print(f"[{main_name}] stopping (signal received); restart to continue from the checkpoint",
                   file=out, flush=True)
@@ -110,3 +110,82 @@ def supervise(queries: Mapping[str, Any], once: bool, progress_every: float = 10
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def source_offset(progress: Mapping[str, Any], key: str = "endOffset") -> int | None:
+    """The metadata_log offset a micro-batch's source reached (delta-rs source: ``{"offset": n}``); None for
+    sources whose offsets are not log offsets (the native Delta source counts table versions)."""
+    sources = progress.get("sources") or []
+    value = sources[0].get(key) if sources else None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    return value.get("offset") if isinstance(value, dict) and isinstance(value.get("offset"), int) else None
+
+
+class MetadataLogEnd:
+    """Where ``metadata_log`` ends now and the event time of an offset in it: file statistics for the end,
+    one pruned row read for a time, so a status line every few seconds costs nothing that matters."""
+
+    def __init__(self, tables: DeltaRsTables) -> None:
+        self.tables = tables
+
+    def end_offset(self) -> int:
+        end = self.tables.max_value("metadata_log", "offset")
+        return -1 if end is None else int(end)
+
+    def timestamp_ms(self, offset: int) -> int | None:
+        column = self.tables.read_arrow("metadata_log", columns=["timestamp"],
+                                        filter=pc.field("offset") == offset)["timestamp"]
+        if len(column) == 0:
+            return None
+        return pc.cast(column, pa.timestamp("ms", "UTC")).cast(pa.int64())[0].as_py()
+
+
+class LogProgress:
+    """The controller's progress as an operator reads it, from each micro-batch's ``lastProgress``.
+
+    Replaying (``--once``): offsets of ``metadata_log`` done of its end offset, rate and ETA, on the
+    ``meter`` (quiet unless asked or on a terminal). Running continuously: a status line every
+    ``status_every`` seconds saying how far behind the log's end it is, in offsets and in event time,
+    because that is what tells an operator whether the controller keeps up.
+    """
+
+    def __init__(self, log: Any, meter: Meter, once: bool, status_every: float | None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.log, self.meter, self.once, self.status_every, self.clock = log, meter, once, status_every, clock
+        self.batch: int | None = None
+        self.done = 0
+        self.last_status: float | None = None
+
+    def __call__(self, progress: Mapping[str, Any] | None) -> None:
+        if progress and progress["batchId"] != self.batch:
+            first = self.batch is None
+            self.batch = progress["batchId"]
+            end = source_offset(progress)
+            self.done = end + 1 if end is not None else self.done + progress["numInputRows"]
+            if first:  # where this run started: a restart or a log that begins at a snapshot is not work done
+                start = source_offset(progress, "startOffset")
+                self.meter.base = start + 1 if start is not None else self.done - progress["numInputRows"]
+            if self.meter.total is None or self.done > self.meter.total:
+                self.meter.total = self.log.end_offset() + 1 if end is not None else None
+            self.meter.update(self.done, f"batch {self.batch}")
+        if not self.once and self.status_every is not None:
+            now = self.clock()
+            if self.last_status is None or now - self.last_status >= self.status_every:
+                self.last_status = now
+                self.meter.emit(self.status())
+
+    def status(self) -> str:
+        end = self.log.end_offset()
+        if end < 0:
+            return f"[{self.meter.label}] waiting: metadata_log is empty"
+        behind = end + 1 - self.done
+        if behind <= 0:
+            return f"[{self.meter.label}] up to date at offset {end:,} (batch {self.batch})"
+        newest, reached = self.log.timestamp_ms(end), self.log.timestamp_ms(self.done - 1) if self.done else None
+        event_time = "" if newest is None or reached is None else f", {(newest - reached) / 1000:,.1f} s of event time"
+        return (f"[{self.meter.label}] {behind:,} offsets{event_time} behind the log's end "
+                f"(offset {end:,}; done through {self.done - 1:,}, batch {self.batch})")

@@ -12,12 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Protocol, TextIO
+from typing import Callable, Iterable, Iterator, Protocol
 
 import pyarrow as pa
 
@@ -25,6 +24,7 @@ from kraftlake import codec
 from kraftlake.codec import events
 from kraftlake.codec.logdir import SNAPSHOT_NAME
 from kraftlake.metadata.config import defaults
+from kraftlake.metadata.progress import Meter
 from kraftlake.metadata.rejections import RAW_LIMIT, Item, Rejection
 from kraftlake.metadata.tables import metadata_log_schema, table_arrow_schema
 from kraftlake.storage.tables import events_to_arrow, rejections_to_arrow
@@ -123,22 +123,40 @@ def read_source(path: Path, kind: str, full_history: bool) -> Iterator[Item]:
                            "not a Kafka log segment, snapshot, partition directory, JSON lines or Avro file")])
 
 
-class Progress:
-    """Progress lines on stderr every few seconds, so a long ingest is visibly alive."""
+class _SourceProgress:
+    """Feeds a source's ``Meter``: bytes of a Kafka log read so far (the files before the current one plus
+    the batch position in it), records for JSON lines and Avro, whose size says little about the rest."""
 
-    def __init__(self, label: str, every: float = 5.0, out: TextIO | None = None):
-        self.label = label
-        self.every = every
-        self.out = out or sys.stderr
-        self.start = self.last = time.monotonic()
+    def __init__(self, meter: Meter | None, path: Path, kind: str, full_history: bool):
+        self.meter = meter
+        self.starts: dict[str, int] = {}
+        if meter is None or kind not in KAFKA_KINDS:
+            return
+        files = [path] if kind != "partition-dir" else _partition_dir_files(path, full_history)
+        total = 0
+        for file in files:
+            self.starts[file.name] = total
+            total += file.stat().st_size
+        meter.unit, meter.scale, meter.total = "MB", 1e6, total
 
-    def tick(self, records: int, offset: int | None) -> None:
-        now = time.monotonic()
-        if now - self.last >= self.every:
-            self.last = now
-            rate = records / max(now - self.start, 1e-9)
-            print(f"[ingest] {self.label}: {records:,} records, at offset {offset}, {rate:,.0f} records/s",
-                  file=self.out, flush=True)
+    def tick(self, records: int, item: dict) -> None:
+        if self.meter is None:
+            return
+        if not self.starts:
+            self.meter.update(records)
+            return
+        done = self.starts.get(Path(item.get("source") or "").name, 0) + (item.get("position") or 0)
+        self.meter.update(done, f"{records:,} records, offset {item['offset']}")
+
+    def finish(self, records: int) -> None:
+        if self.meter is not None:
+            self.meter.finish(self.meter.total or records, f"{records:,} records")
+
+
+def _partition_dir_files(path: Path, full_history: bool) -> list[Path]:
+    """The files a partition directory's ingest reads: every segment, and the newest snapshot first."""
+    segments, snapshots = codec.list_partition_dir(path)
+    return ([] if full_history or not snapshots else [Path(snapshots[-1])]) + [Path(s) for s in segments]
 
 
 class _Sequencer:
@@ -160,7 +178,7 @@ class _Sequencer:
         self.rejections.append(rejection)
         self.summary.rejected += 1
 
-    def events(self, items: Iterable[Item], progress: Progress) -> Iterator[dict]:
+    def events(self, items: Iterable[Item], progress: _SourceProgress) -> Iterator[dict]:
         summary = self.summary
         for item in items:
             if isinstance(item, Rejection):
@@ -184,7 +202,7 @@ class _Sequencer:
             if summary.first_offset is None:
                 summary.first_offset = offset
             summary.last_offset = offset
-            progress.tick(summary.records, offset)
+            progress.tick(summary.records, item)
             yield item
 
 
@@ -228,8 +246,9 @@ def read_quorum_files(path: Path) -> tuple[list[dict], list[Rejection]]:
 
 
 def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_history: bool = False,
-                  batch_records: int | None = None, progress_every: float = 5.0) -> SourceSummary:
-    """Ingest one source; ``batch_records`` events per Delta commit (``kraftlake.ingest.batch.records``)."""
+                  batch_records: int | None = None, meter: Meter | None = None) -> SourceSummary:
+    """Ingest one source; ``batch_records`` events per Delta commit (``kraftlake.ingest.batch.records``);
+    progress goes to ``meter`` (its unit and total are set here, from the source)."""
     batch_records = batch_records or int(defaults()["kraftlake.ingest.batch.records"])
     path = Path(source).resolve()
     started = time.monotonic()
@@ -251,9 +270,9 @@ def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_his
     log_end = tables.max_value("metadata_log", "offset")
     sequencer = _Sequencer(summary, 0 if log_end is None else int(log_end) + 1, strict)
     schema = metadata_log_schema()
+    progress = _SourceProgress(meter, path, kind, full_history)
     batches = (events_to_arrow(chunk, schema) for chunk in
-               _chunks(sequencer.events(read_source(path, kind, full_history),
-                                        Progress(str(path), progress_every)), batch_records))
+               _chunks(sequencer.events(read_source(path, kind, full_history), progress), batch_records))
     if log_done:  # a crash after the log commit: only the rejections are still owed
         for _ in batches:
             pass
@@ -270,18 +289,20 @@ def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_his
     # Committed even when empty: the transaction id is what marks the source as fully ingested.
     tables.append("rejected", rejections_to_arrow(sequencer.rejections + quorum_rejections),
                   table_arrow_schema("rejected"), txn)
+    progress.finish(summary.records)
     summary.seconds = time.monotonic() - started
     return summary
 
 
 def ingest(tables: Tables, sources: Iterable[str], *, strict: bool = False, full_history: bool = False,
-           batch_records: int | None = None, progress_every: float = 5.0,
+           batch_records: int | None = None, meter: Callable[[str], Meter] | None = None,
            on_source: Callable[[SourceSummary], None] | None = None) -> list[SourceSummary]:
-    """Ingest each source in the order given (offsets continue across them)."""
+    """Ingest each source in the order given (offsets continue across them); ``meter(label)`` makes each
+    source's progress meter."""
     summaries = []
     for source in sources:
         summary = ingest_source(tables, os.fspath(source), strict=strict, full_history=full_history,
-                                batch_records=batch_records, progress_every=progress_every)
+                                batch_records=batch_records, meter=None if meter is None else meter(os.fspath(source)))
         summaries.append(summary)
         if on_source is not None:
             on_source(summary)
