@@ -18,7 +18,7 @@ LIB = Path(__file__).resolve().parent.parent / "lib"
 PACKAGE = LIB / "kraftlake"
 
 # Lowest first: a module may import its own layer and the layers before it, never one after it.
-LAYERS = ("metadata", "codec", "storage", "image", "raft", "controller", "sim", "spark", "cli")
+LAYERS = ("metadata", "codec", "storage", "image", "raft", "controller", "sim", "report", "spark", "cli")
 # Where pyspark and pandas may be imported: the Spark shell and the storage engine that talks to Spark.
 SPARK_FACING = ("kraftlake.spark", "kraftlake.storage")
 # The storage engine's Spark-facing modules.
@@ -117,7 +117,7 @@ def test_only_the_spark_shell_names_pyspark_or_pandas() -> None:
 PURE = ("metadata", "codec", "image", "raft", "controller")
 IMPORT_GROUPS = {
     "pure core": ([m for m in MODULES if layer(m) in PURE], ("pyspark", "pandas")),
-    "storage, simulators, cli": ([m for m in MODULES if layer(m) in ("storage", "sim", "cli")
+    "storage, simulators, report, cli": ([m for m in MODULES if layer(m) in ("storage", "sim", "report", "cli")
                                   and m not in SPARK_ENGINE_MODULES], ("pyspark",)),
 }
 

@@ -10,11 +10,13 @@ adds nothing: the ingest and the controller's checkpoint both remember what they
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
 from kraftlake.cli.ingest import print_summary
 from kraftlake.cli.output import print_table
-from kraftlake.cli.runtime import kafka_configs, open_warehouse
+from kraftlake.cli.report import write_report
+from kraftlake.cli.runtime import kafka_configs, meter, open_warehouse
 from kraftlake.sim.sample import write_sample
 from kraftlake.spark.controller_query import ControllerSettings, run
 from kraftlake.spark.views import register_views
@@ -52,16 +54,19 @@ def main(argv: list[str] | None = None) -> int:
     log_dir, what_if = write_sample(args.sample_dir)
     print(f"sample cluster written to {log_dir}, what-if requests to {what_if}")
     warehouse = open_warehouse(config, "kraftlake-quickstart", with_spark=True)
-    ingest(warehouse, [str(log_dir), str(what_if)], on_source=print_summary)
+    ingest(warehouse, [str(log_dir), str(what_if)], on_source=print_summary,
+           meter=lambda source: meter(config, f"ingest {source}"))
     run(warehouse, ControllerSettings(shards=config.get_int("kraftlake.shards", minimum=1),
                                       checkpoint=f"{warehouse.root}/_checkpoints/controller", once=True,
-                                      kafka_config=kafka_configs(config)))
+                                      kafka_config=kafka_configs(config)), meter(config, "controller", "offsets"))
     register_views(warehouse)
     for title, query in QUERIES:
         print(f"\n{title}:\n  {query}")
         frame = warehouse.spark.sql(query)
         print_table(frame.columns, [tuple(r) for r in frame.collect()])
-    print(f"\nwarehouse: {warehouse.root}\nnext: ./spark-submit.sh jobs/sql.py --warehouse {warehouse.root} "
-          "\"SELECT * FROM describe\"")
+    page = Path(args.sample_dir) / "report.html"
+    write_report(warehouse.root, page, config, title="kraftlake quickstart: the sample cluster")
+    print(f"\nwarehouse: {warehouse.root}\nreport: {page} (the timeline; open it in a browser)"
+          f"\nnext: ./spark-submit.sh jobs/sql.py --warehouse {warehouse.root} \"SELECT * FROM describe\"")
     return 0
 

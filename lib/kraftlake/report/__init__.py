@@ -1,0 +1,1 @@
+"""An incident as a picture: a timeline aggregated from the warehouse, rendered as one HTML page."""
