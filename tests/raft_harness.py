@@ -87,6 +87,15 @@ def entries(start: int, epoch: int, *values: Any) -> list[dict]:
     return [{"Offset": start + i, "Epoch": epoch, "Value": v} for i, v in enumerate(values)]
 
 
+def times_out_at(n: RaftNode, at: int, before: str, after: str) -> None:
+    """A timer of ``n`` fires at ``at`` and not a moment before: in state ``before`` at ``at - 1``, in
+    ``after`` at ``at``."""
+    n.tick(at - 1)
+    assert n.state == before, (at - 1, n.state)
+    n.tick(at)
+    assert n.state == after, (at, n.state)
+
+
 def elected(node_id=1, voters=(1, 2, 3), epochs=(), epoch=0, cfg=CFG) -> RaftNode:
     """Node ``node_id`` times out at 1000 ms (jitter 0), stands in epoch+1 and wins with the next voters' votes."""
     n = node(node_id, voters, epochs, epoch, cfg)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from raft_harness import CFG, destinations, entries, fetch_answer, only, restored, sent, vote
+from raft_harness import CFG, destinations, entries, fetch_answer, only, restored, sent, times_out_at, vote
 
 from kraftlake.raft.node import CANDIDATE, FOLLOWER, RaftNode
 
@@ -39,10 +39,8 @@ def test_fetch_timeout_expiration():
     n = follower()
     n.tick(5000)
     assert n.state == FOLLOWER
-    n.tick(FETCH_TIMEOUT - 1)
-    assert n.state == FOLLOWER
-    n.tick(FETCH_TIMEOUT)
-    assert (n.state, n.epoch) == (CANDIDATE, EPOCH + 1)
+    times_out_at(n, FETCH_TIMEOUT, FOLLOWER, CANDIDATE)
+    assert n.epoch == EPOCH + 1
 
 
 def test_fetch_timeout_restarts_with_each_successful_fetch():
@@ -52,10 +50,7 @@ def test_fetch_timeout_restarts_with_each_successful_fetch():
     fetched(n, 5000, hw=0)
     n.tick(FETCH_TIMEOUT)
     assert n.state == FOLLOWER
-    n.tick(5000 + FETCH_TIMEOUT - 1)
-    assert n.state == FOLLOWER
-    n.tick(5000 + FETCH_TIMEOUT)
-    assert n.state == CANDIDATE
+    times_out_at(n, 5000 + FETCH_TIMEOUT, FOLLOWER, CANDIDATE)
 
 
 def test_monotonic_high_watermark():

@@ -17,7 +17,7 @@ import dataclasses
 import random
 
 from raft_harness import (CFG, FENCED, INVALID, NOT_LEADER, UNKNOWN_EPOCH, answer, begin, destinations, elected,
-                          entries, fetch, fetch_answer, node, only, restored, sent, vote)
+                          entries, fetch, fetch_answer, node, only, restored, sent, times_out_at, vote)
 
 from kraftlake.raft.config import RaftConfig
 from kraftlake.raft.node import CANDIDATE, FOLLOWER, LEADER, RESIGNED, UNATTACHED, VOTED, RaftNode, message
@@ -440,10 +440,7 @@ def test_a_voter_missing_from_the_successors_waits_the_longest():
     position n of n and waits the whole election.backoff.max (Kafka 3.x stood at once)."""
     n = restored(1, (1, 2, 3, 4), epoch=2, leader=2)
     n.handle(end_epoch(2, 1, 2, [3, 4]), 0)
-    n.tick(CFG.election_backoff_max_ms - 1)
-    assert n.state == FOLLOWER
-    n.tick(CFG.election_backoff_max_ms)
-    assert n.state == CANDIDATE
+    times_out_at(n, CFG.election_backoff_max_ms, FOLLOWER, CANDIDATE)
 
 
 def test_end_quorum_epoch_request_cluster_id_validation():

@@ -7,7 +7,7 @@ fetches that cause them. ``updateLocalState`` is an append by the leader.
 
 from __future__ import annotations
 
-from raft_harness import CFG, answer, destinations, elected, fetch, only, sent, vote
+from raft_harness import CFG, answer, destinations, elected, fetch, only, sent, times_out_at, vote
 
 from kraftlake.raft.log import LogEntry, RaftLog
 from kraftlake.raft.node import LEADER, OBSERVER_SESSION_TIMEOUT_MS, RESIGNED, RaftNode, message
@@ -310,10 +310,7 @@ def test_check_quorum():
     assert leader.state == LEADER
     leader.handle(fetch(4, 1, epoch=1, offset=0, last_epoch=0), 4000)
     leader.handle(fetch(6, 1, epoch=1, offset=0, last_epoch=0), 4000)  # an observer
-    leader.tick(5500 - 1)
-    assert leader.state == LEADER
-    leader.tick(5500)
-    assert leader.state == RESIGNED
+    times_out_at(leader, 5500, LEADER, RESIGNED)
 
 
 def test_check_quorum_after_voter_set_changes():
@@ -335,10 +332,7 @@ def test_check_quorum_after_voter_set_changes():
     leader.tick(4101)
     assert leader.voters == (2, 3, 4) and leader.state == LEADER  # the leader is out, not committed yet
     leader.handle(fetch(2, 1, epoch=1, offset=2, last_epoch=1), 5000)  # one of three: no reset
-    leader.tick(7000 - 1)
-    assert leader.state == LEADER
-    leader.tick(7000)
-    assert leader.state == RESIGNED
+    times_out_at(leader, 7000, LEADER, RESIGNED)
 
 
 def test_check_quorum_with_one_voter():

@@ -10,7 +10,8 @@ counterpart: where Kafka 4 goes prospective the node stands as a candidate of th
 
 from __future__ import annotations
 
-from raft_harness import CFG, FENCED, NOT_LEADER, begin, elected, entries, fetch_answer, granted, log_of, node, only, restored, sent, vote
+from raft_harness import (CFG, FENCED, NOT_LEADER, begin, elected, entries, fetch_answer, granted, log_of, node, only,
+                          restored, sent, times_out_at, vote)
 
 from kraftlake.raft.node import CANDIDATE, FOLLOWER, LEADER, RESIGNED, UNATTACHED, VOTED, RaftNode, message
 
@@ -53,10 +54,7 @@ def test_initialize_as_follower():
     """QuorumStateTest.testInitializeAsFollower: following 2 in epoch 5, its fetch timeout from the start."""
     n = restart({"epoch": 5, "leader_id": 2, "voted_for": None})
     assert (n.state, n.epoch, n.leader_id) == (FOLLOWER, 5, 2)
-    n.tick(CFG.fetch_timeout_ms - 1)
-    assert n.state == FOLLOWER
-    n.tick(CFG.fetch_timeout_ms)
-    assert n.state == CANDIDATE
+    times_out_at(n, CFG.fetch_timeout_ms, FOLLOWER, CANDIDATE)
 
 
 def test_initialize_voted_and_leader_are_same():
@@ -76,10 +74,8 @@ def test_initialize_as_voted():
     """QuorumStateTest.testInitializeAsVotedNoLeader (Kafka 4: unattached with a vote)"""
     n = restart({"epoch": 5, "leader_id": -1, "voted_for": 2})
     assert (n.state, n.epoch, n.voted_for) == (VOTED, 5, 2)
-    n.tick(CFG.election_timeout_ms - 1)
-    assert n.state == VOTED
-    n.tick(CFG.election_timeout_ms)
-    assert (n.state, n.epoch) == (CANDIDATE, 6)
+    times_out_at(n, CFG.election_timeout_ms, VOTED, CANDIDATE)
+    assert n.epoch == 6
 
 
 def test_initialize_as_resigned_candidate():
@@ -227,10 +223,7 @@ def test_unattached_to_unattached_voted_same_epoch():
     n = restored(1, (1, 2), epoch=5)
     n.handle(vote(2, 1, epoch=5), 300)
     assert (n.state, stored(n)) == (VOTED, (5, 2, -1))
-    n.tick(300 + CFG.election_timeout_ms - 1)
-    assert n.state == VOTED
-    n.tick(300 + CFG.election_timeout_ms)
-    assert n.state == CANDIDATE
+    times_out_at(n, 300 + CFG.election_timeout_ms, VOTED, CANDIDATE)
 
 
 def test_unattached_to_unattached_with_higher_epoch_keeps_the_election_timer():
@@ -239,10 +232,8 @@ def test_unattached_to_unattached_with_higher_epoch_keeps_the_election_timer():
     n = node(epochs=(7,), epoch=7, now=0)  # election timeout at 1000
     n.handle(vote(2, 1, epoch=9, last_epoch=5), 600)  # refused (its log is older), but epoch 9 now
     assert (n.state, n.epoch) == (UNATTACHED, 9)
-    n.tick(999)
-    assert n.state == UNATTACHED
-    n.tick(1000)
-    assert (n.state, n.epoch) == (CANDIDATE, 10)
+    times_out_at(n, 1000, UNATTACHED, CANDIDATE)
+    assert n.epoch == 10
 
 
 def test_unattached_to_follower_same_epoch():
@@ -298,10 +289,8 @@ def test_voted_to_unattached_with_higher_epoch_keeps_the_election_timer():
     assert n.state == VOTED
     n.handle(vote(3, 1, epoch=9, last_epoch=5), 600)  # refused, but epoch 9
     assert (n.state, n.epoch) == (UNATTACHED, 9)
-    n.tick(1399)
-    assert n.state == UNATTACHED
-    n.tick(1400)
-    assert (n.state, n.epoch) == (CANDIDATE, 10)
+    times_out_at(n, 1400, UNATTACHED, CANDIDATE)
+    assert n.epoch == 10
 
 
 def test_unattached_voted_to_any_state_lower_epoch():

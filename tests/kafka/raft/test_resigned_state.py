@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from raft_harness import CFG, answer, destinations, only, restored, vote
+from raft_harness import CFG, answer, destinations, only, restored, times_out_at, vote
 
 from kraftlake.raft.node import CANDIDATE, RESIGNED, RaftNode, message
 
@@ -39,10 +39,8 @@ def test_resigned_state():
     assert destinations(out, "EndQuorumEpochRequest") == [1]
     n.handle(ended([m for m in out if m["type"] == "EndQuorumEpochRequest"][0]), 10)
     assert n.tick(ELECTION_TIMEOUT // 2) == [] and n.state == RESIGNED
-    n.tick(ELECTION_TIMEOUT - 1)
-    assert n.state == RESIGNED
-    n.tick(ELECTION_TIMEOUT)
-    assert (n.state, n.epoch) == (CANDIDATE, EPOCH + 1)
+    times_out_at(n, ELECTION_TIMEOUT, RESIGNED, CANDIDATE)
+    assert n.epoch == EPOCH + 1
 
 
 def test_unacknowledged_voters_are_asked_again():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from raft_harness import CFG, only, restored, vote
+from raft_harness import CFG, only, restored, times_out_at, vote
 
 from kraftlake.raft.node import CANDIDATE, UNATTACHED, VOTED, RaftNode
 
@@ -33,10 +33,8 @@ def test_election_timeout():
     assert (n.state, n.durable_state()) == (UNATTACHED, {"epoch": EPOCH, "voted_for": None, "leader_id": -1})
     n.tick(ELECTION_TIMEOUT // 2)
     assert n.state == UNATTACHED
-    n.tick(ELECTION_TIMEOUT - 1)
-    assert n.state == UNATTACHED
-    n.tick(ELECTION_TIMEOUT)
-    assert (n.state, n.epoch) == (CANDIDATE, EPOCH + 1)
+    times_out_at(n, ELECTION_TIMEOUT, UNATTACHED, CANDIDATE)
+    assert n.epoch == EPOCH + 1
 
 
 def test_grant_vote():
