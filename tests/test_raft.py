@@ -212,26 +212,31 @@ def test_divergence_and_truncation_round_trip():
 
 
 def test_a_stale_diverging_response_does_not_truncate_a_caught_up_follower():
+    """The answer to a fetch abandoned after the request timeout is not the one in flight: dropped, even when
+    it asks for a truncation the follower has since done and gone past (KafkaRaftClient's RequestManager)."""
     cfg = RaftConfig(cluster_id="kraft", election_timeout_ms=1000, election_jitter_max_ms=0, request_timeout_ms=500)
     leader = elected(epochs=(1, 1), epoch=1, cfg=cfg)  # epoch 2: log epochs [1, 1, 2]
     f = node(node_id=2, epochs=(1, 1, 1, 1), epoch=1, cfg=cfg)
+    third = node(node_id=3, epochs=(1, 1), epoch=1, cfg=cfg)
+    third.handle(begin(1, 3, epoch=2), 1000)
 
     def fetch_of(out):
         return [m for m in out if m["type"] == "FetchRequest"][0]
 
     fetch1 = fetch_of(f.handle(begin(1, 2, epoch=2), 1001))
-    fetch2 = fetch_of(f.tick(1501))  # fetch1 timed out (request timeout 500): asked again
-    assert (fetch1["data"]["FetchOffset"], fetch2["data"]["FetchOffset"]) == (4, 4)
-    assert fetch1["correlation_id"] != fetch2["correlation_id"]
+    fetch2 = fetch_of(f.tick(1501))  # fetch1 timed out (request timeout 500): voter 3 is asked for a leader
+    assert (fetch1["destination"], fetch2["destination"]) == (1, 3)
     resp1 = leader.handle(fetch1, 1502)[0]
-    resp2 = leader.handle(fetch2, 1503)[0]
-    assert resp1["data"]["DivergingEpoch"] == resp2["data"]["DivergingEpoch"] == {"Epoch": 1, "EndOffset": 2}
-    fetch3 = fetch_of(f.handle(resp2, 1504))  # truncated to 2
-    fetch4 = fetch_of(f.handle(leader.handle(fetch3, 1505)[0], 1506))  # got offset 2 (epoch 2)
-    f.handle(leader.handle(fetch4, 1507)[0], 1508)  # leader and 2 hold offset 2 of epoch 2: hw 3
+    assert resp1["data"]["DivergingEpoch"] == {"Epoch": 1, "EndOffset": 2}
+    f.handle(third.handle(fetch2, 1502)[0], 1503)  # 3 follows 1 too: back to the leader after the backoff
+    fetch3 = fetch_of(f.tick(1503 + cfg.retry_backoff_ms))
+    assert (fetch3["destination"], fetch3["data"]["FetchOffset"]) == (1, 4)
+    fetch4 = fetch_of(f.handle(leader.handle(fetch3, 1530)[0], 1531))  # diverging: truncated to 2
+    fetch5 = fetch_of(f.handle(leader.handle(fetch4, 1532)[0], 1533))  # got offset 2 (epoch 2)
+    f.handle(leader.handle(fetch5, 1534)[0], 1535)  # leader and 2 hold offset 2 of epoch 2: hw 3
     assert ([e.epoch for e in f.log.entries], f.high_watermark) == ([1, 1, 2], 3)
-    f.handle(resp1, 1509)  # the answer to the abandoned fetch arrives last: ignored
-    assert ([e.epoch for e in f.log.entries], f.high_watermark) == ([1, 1, 2], 3)
+    f.handle(resp1, 1536)  # the answer to the abandoned fetch arrives last: ignored
+    assert ([e.epoch for e in f.log.entries], f.high_watermark, f.state) == ([1, 1, 2], 3, FOLLOWER)
 
 
 # ------------------------------------------------------------------------------------ high watermark
@@ -485,6 +490,40 @@ def test_describe_quorum_on_the_leader():
         == NOT_LEADER
 
 
+def test_quorum_state_says_a_new_leaders_high_watermark_is_unknown_as_describe_quorum_does():
+    """Issue 14 (point 7): ``quorum_state`` reports -1 for a leader that has not committed an entry of its
+    epoch, as DescribeQuorum does, then the committed offset."""
+    from kraftlake.raft.replica import Replica
+    leader = elected(epochs=(1, 1), epoch=1)  # epoch 2, LeaderChangeMessage at 2; a high watermark of 0 before
+    replica = Replica(1, node=leader, last_offset=7, last_time=1000)
+    state = dict(replica.state_rows())["quorum_state"]
+    describe = only(leader.handle(message("DescribeQuorumRequest", 99, 1), 1000), "DescribeQuorumResponse")
+    assert state["high_watermark"] == describe["HighWatermark"] == -1
+    leader.handle(fetch(2, 1, epoch=2, offset=3, last_epoch=2), 1010)
+    state = dict(replica.state_rows())["quorum_state"]
+    describe = only(leader.handle(message("DescribeQuorumRequest", 99, 1), 1011), "DescribeQuorumResponse")
+    assert state["high_watermark"] == describe["HighWatermark"] == 3
+
+
+def test_quorum_replicas_forget_an_observer_silent_for_300_s():
+    """Issue 14 (point 6): the leader's view in ``quorum_replicas`` drops an observer that has not fetched
+    for 300 s (LeaderState.OBSERVER_SESSION_TIMEOUT_MS), as DescribeQuorum does."""
+    from kraftlake.raft.node import OBSERVER_SESSION_TIMEOUT_MS
+    from kraftlake.raft.replica import Replica, traffic_event
+    n = RaftNode(1, (1,), CFG)
+    n.tick(1000)
+    replica = Replica(1, node=n, last_offset=0, last_time=1000)
+
+    def deliver(msg, now, offset):
+        replica.apply({**traffic_event(msg, now), "offset": offset}, {})
+        return {row["replica_id"] for row in replica.view}
+
+    assert deliver(fetch(9, 1, epoch=1, offset=1, last_epoch=1), 1500, 1) == {1, 9}
+    describe = message("DescribeQuorumRequest", -1, 1)
+    assert deliver(describe, 1500 + OBSERVER_SESSION_TIMEOUT_MS - 1, 2) == {1, 9}
+    assert deliver(describe, 1500 + OBSERVER_SESSION_TIMEOUT_MS, 3) == {1}
+
+
 # ------------------------------------------------------------------ voter changes (the seed's AlterQuorum)
 def alter(dst, target):
     return message("AlterQuorumRequest", -1, dst, TargetVoters=target)
@@ -550,8 +589,9 @@ def test_alter_quorum_errors():
 
 
 def test_a_leader_removed_from_the_voters_steps_aside_once_that_is_committed():
-    """Kafka 4: a leader whose removal is committed becomes unattached in the next epoch, an observer
-    of the new voter set, which elects a leader of its own."""
+    """Kafka 4 (RemoveVoterHandler, pollResigned): a leader whose removal is committed resigns, telling the
+    new voters with EndQuorumEpoch, and after its election timeout is unattached in the next epoch, an
+    observer of the new voter set, looking for its leader."""
     n = elected()  # leader 1 of 1,2,3
     n.handle(fetch(2, 1, epoch=1, offset=1, last_epoch=1), 1010)
     n.handle(alter(1, [2, 3]), 1020)
@@ -559,9 +599,12 @@ def test_a_leader_removed_from_the_voters_steps_aside_once_that_is_committed():
     n.handle(fetch(2, 1, epoch=1, offset=2, last_epoch=1), 1030)
     assert n.high_watermark == 1 and n.state == LEADER  # {2, 3} needs both
     out = n.handle(fetch(3, 1, epoch=1, offset=2, last_epoch=1), 1040)
-    assert n.high_watermark == 2 and (n.state, n.epoch, n.leader_id) == (UNATTACHED, 2, -1)
-    assert not n.is_voter and [m["type"] for m in out] == ["FetchResponse", "FetchRequest"]  # looks for the leader
+    assert n.high_watermark == 2 and (n.state, n.epoch, n.leader_id) == (RESIGNED, 1, 1)
+    assert sorted(m["destination"] for m in out if m["type"] == "EndQuorumEpochRequest") == [2, 3]
     assert ("leader_removed_from_voters", None, None) in voter_events(n)
+    out = n.tick(1040 + 1000)
+    assert (n.state, n.epoch, n.leader_id, n.is_voter) == (UNATTACHED, 2, -1, False)
+    assert [m["type"] for m in out] == ["FetchRequest"]  # looks for the leader
 
 
 def test_a_follower_uses_the_voters_of_its_log_and_reverts_them_when_truncated():

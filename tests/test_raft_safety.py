@@ -123,12 +123,12 @@ def test_the_voter_change_mix_keeps_raft_safety_over_many_seeds():
 
 
 def test_without_the_rule_the_mix_loses_committed_entries(monkeypatch):
-    """Seed 427 of the mix, with a leader allowed to change the voters before it commits in its epoch:
+    """Seed 798 of the mix, with a leader allowed to change the voters before it commits in its epoch:
     the checker reports committed entries lost, and followers asked to truncate them refuse and fail
     (point 2 of the issue) instead of dropping them."""
     from kraftlake.sim.quorum import VOTER_CHANGE_MIX, simulate
     monkeypatch.setattr(RaftNode, "_voter_change_allowed", lambda self: True)
-    r = simulate(427, VOTER_CHANGE_MIX)
+    r = simulate(798, VOTER_CHANGE_MIX)
     assert {"leader_completeness", "committed_lost"} & {v.rule for v in r.violations}
     failed = [e for e in r.events if e["event"] == "replica_failed"]
     assert failed and all("below its high watermark" in e["detail"] for e in failed)

@@ -59,6 +59,7 @@ NOT_LEADER_OR_FOLLOWER = error_code("NOT_LEADER_OR_FOLLOWER")
 INCONSISTENT_CLUSTER_ID = error_code("INCONSISTENT_CLUSTER_ID")
 INVALID_REQUEST = error_code("INVALID_REQUEST")
 VOTER_NOT_FOUND = error_code("VOTER_NOT_FOUND")
+INVALID_VOTER_KEY = error_code("INVALID_VOTER_KEY")
 
 def message(type_: str, source: int, destination: int, **data: Any) -> dict:
     return {"type": type_, "source": source, "destination": destination, "data": data}
@@ -123,7 +124,8 @@ class RaftNode:
         self._preferred_successors: tuple[int, ...] = ()
         self._started = False
         self._cid = 0  # the last CorrelationId used
-        self._fetch_cid: int | None = None  # the fetch in flight
+        # RequestManager: the request in flight to each node, by CorrelationId; only its answer is handled
+        self._inflight: dict[int, int] = {}
         self._incoming_cid: int | None = None
         self._next_append_ms: int | None = None
         self._resign_unacked: set[int] = set()  # ResignedState: voters yet to answer EndQuorumEpoch
@@ -136,10 +138,17 @@ class RaftNode:
     def restore(cls, node_id: int, voters: Iterable[int], config: RaftConfig, log: RaftLog,
                 durable: Mapping[str, Any], now_ms: int) -> RaftNode:
         """A node restarting from its ``quorum-state`` (epoch, voted id, leader id) and its log, like
-        ``QuorumState.initialize``: a former leader comes back resigned, a voter that voted comes back
-        voted, a follower comes back following."""
+        ``QuorumState.initialize``: a former leader comes back resigned, a voter that voted for itself a
+        candidate of the same epoch, one that voted for another voted, a follower following; a log with a
+        later epoch than the file overrules it."""
         node = cls(node_id, tuple(voters), config, log, epoch=durable.get("epoch", 0))  # voters: the bootstrap set
         node._started = True
+        if log.last_epoch > node.epoch:
+            # QuorumState.initialize: a quorum-state older than the log (lost or damaged) is not trusted;
+            # the replica starts unattached in the log's last epoch, with no vote and no leader
+            node.epoch = log.last_epoch
+            node._become_unattached(node.epoch, now_ms)
+            return node
         leader = durable.get("leader_id", NO_LEADER)
         voted = durable.get("voted_for")
         node.voted_for = voted  # a vote survives the restart, whatever the state
@@ -155,16 +164,16 @@ class RaftNode:
             node._deadline = now_ms + node._election_timeout()
             node._next_fetch_ms = now_ms  # its vote requests go out at the first poll
         elif voted is not None:
-            node.voted_for = voted
             node.state = VOTED
             node._deadline = now_ms + node._election_timeout()
+            node._next_fetch_ms = now_ms  # and it looks for the leader, as any unattached replica
         else:
             node._become_unattached(node.epoch, now_ms)
         return node
 
     # Private fields that are plain values, saved as they are by ``to_dict``.
     _SCALARS = ("_deadline", "_backoff_until", "_retries", "_epoch_start_offset", "_next_begin_ms", "_next_fetch_ms",
-                "_started", "_cid", "_fetch_cid", "_next_append_ms", "_next_resign_ms", "_fetch_elsewhere")
+                "_started", "_cid", "_next_append_ms", "_next_resign_ms", "_fetch_elsewhere")
 
     def to_dict(self) -> dict:
         """The whole node, durable and soft state, as JSON-able values: the streaming job keeps one per
@@ -184,6 +193,7 @@ class RaftNode:
             "progress": [[r, p.end_offset, p.last_fetch_ms, p.last_caught_up_ms, p.acknowledged,
                           p.last_fetch_leader_end] for r, p in sorted(self._progress.items())],
             "resign_unacked": sorted(self._resign_unacked), "failed": self.failed,
+            "inflight": sorted([d, c] for d, c in self._inflight.items()),
             **{name: getattr(self, name) for name in self._SCALARS},
         }
 
@@ -201,6 +211,7 @@ class RaftNode:
         node._progress = {row[0]: ReplicaProgress(*row[1:]) for row in d["progress"]}
         node._resign_unacked = set(d.get("resign_unacked", ()))
         node.failed = d.get("failed")
+        node._inflight = {dst: cid for dst, cid in d.get("inflight", ())}
         for name in cls._SCALARS:
             setattr(node, name, d.get(name, getattr(node, name)))
         return node
@@ -230,10 +241,11 @@ class RaftNode:
             timers = (self._deadline, self._next_fetch_ms)
         elif s == LEADER:
             timers = (self._deadline, self._next_append_ms, self._next_begin_ms if len(self.voters) > 1 else None)
-        else:  # unattached, voted, resigned: a voter stands for election, an observer looks for the leader
-            timers = (self._deadline,) if self.is_voter else (self._next_fetch_ms,) if self.voters else ()
-            if s == RESIGNED and self._resign_unacked:
-                timers += (self._next_resign_ms,)
+        elif s == RESIGNED:  # a voter stands for election, a removed leader becomes unattached
+            timers = (self._deadline, self._next_resign_ms if self._resign_unacked else None)
+        else:  # unattached, voted: a voter stands for election; both look for the leader
+            timers = (self._deadline if self.is_voter else None,
+                      self._next_fetch_ms if self._other_voters() else None)
         times = [t for t in timers if t is not None]
         return min(times) if times else None
 
@@ -268,7 +280,8 @@ class RaftNode:
     def handle(self, msg: Mapping[str, Any], now_ms: int) -> list[dict]:
         """One message addressed to this node. A malformed one (a field missing or of the wrong type)
         is answered INVALID_REQUEST if it is a request and otherwise dropped, with a ``malformed_message``
-        event: no message can stop a replica. A FAILED replica answers nothing."""
+        event: no message can stop a replica. A response other than the answer to the request in flight to
+        its sender is dropped (``_response_expected``). A FAILED replica answers nothing."""
         if not self._started:
             self._started = True
             self._become_unattached(self.epoch, now_ms)
@@ -280,26 +293,38 @@ class RaftNode:
             self.note(now_ms, "dropped_while_failed", message=msg["type"])
             return []
         self._incoming_cid = msg.get("correlation_id")
-        try:
-            handler(msg["source"], msg["data"], now_ms, out)
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
-            out = []
-            self.note(now_ms, "malformed_message", message=msg["type"], error=repr(exc))
-            if msg["type"].endswith("Request"):
-                out.append(self._error_response(msg["type"], msg["source"], INVALID_REQUEST))
+        if msg["type"].endswith("Request") or self._response_expected(msg["source"]):
+            try:
+                handler(msg["source"], msg["data"], now_ms, out)
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+                out = []
+                self.note(now_ms, "malformed_message", message=msg["type"], error=repr(exc))
+                if msg["type"].endswith("Request"):
+                    out.append(self._error_response(msg["type"], msg["source"], INVALID_REQUEST))
         self._poll(now_ms, out)
         return self._finish(out, self._incoming_cid)
 
+    def _response_expected(self, source: int) -> bool:
+        """``RequestManager.isResponseExpected``: only the answer to the request in flight to ``source``
+        is handled; a duplicate, the answer to a request sent again after a timeout, or one sent before
+        the last state change (Kafka resets its connections on every transition) is dropped. A response
+        without a CorrelationId (a hand-made message) is taken as expected."""
+        cid = self._incoming_cid
+        if cid is None:
+            return True
+        if self._inflight.get(source) != cid:
+            return False
+        del self._inflight[source]
+        return True
+
     def _finish(self, out: list[dict], request_cid: int | None) -> list[dict]:
-        """Request headers: a fresh CorrelationId on every request we send, and the request's on our
-        replies, so that a response can be matched to the one request still in flight (Kafka drops the
-        others, e.g. the answer to a fetch that timed out and was sent again)."""
+        """Request headers: a fresh CorrelationId on every request we send (remembered as the one in
+        flight to its destination), and the request's on our replies."""
         for m in out:
             if m["type"].endswith("Request"):
                 self._cid += 1
                 m["correlation_id"] = self._cid
-                if m["type"] == "FetchRequest":
-                    self._fetch_cid = self._cid
+                self._inflight[m["destination"]] = self._cid
             elif request_cid is not None:
                 m["correlation_id"] = request_cid
         return out
@@ -321,11 +346,15 @@ class RaftNode:
         ordered by descending fetch offset (``LeaderState.nonLeaderVotersByDescendingFetchOffset``)."""
         if self.state != LEADER:
             return []
-        others = [v for v in self.voters if v != self.node_id]
-        successors = sorted(others, key=lambda v: (-(self._progress[v].end_offset or -1), v))
         out: list[dict] = []
-        self._become_resigned(now_ms, tuple(successors), out)
-        return out
+        self._become_resigned(now_ms, self._successors(), out)
+        return self._finish(out, None)
+
+    def _successors(self) -> tuple[int, ...]:
+        def fetched(v: int) -> int:
+            p = self._progress.get(v)
+            return -1 if p is None or p.end_offset is None else p.end_offset
+        return tuple(sorted((v for v in self.voters if v != self.node_id), key=lambda v: (-fetched(v), v)))
 
     # ---------------------------------------------------------------------------------- timers
     def _election_timeout(self) -> int:
@@ -338,11 +367,13 @@ class RaftNode:
                    self.config.election_backoff_max_ms)
 
     def _strict_exponential_backoff(self, position: int, total: int) -> int:
-        # KafkaRaftClient.endEpochElectionBackoff / strictExponentialElectionBackoffMs: the first
-        # successor (and, as in Kafka, a voter not in the list: indexOf -1) stands at once; the one at
-        # position p waits (backoff max >> (n - 1)) << (p - 1)
-        if position <= 0:
+        # KafkaRaftClient.endEpochElectionBackoff / strictExponentialElectionBackoffMs (Kafka 4): the
+        # first successor stands at once, the one at position p waits (backoff max >> (n - 1)) << (p - 1),
+        # and a voter missing from the list (position n) waits the whole backoff max
+        if position == 0:
             return 0
+        if position >= total:
+            return self.config.election_backoff_max_ms
         base = self.config.election_backoff_max_ms >> (total - 1)
         return min(self.config.election_backoff_max_ms, base << (position - 1))
 
@@ -400,23 +431,33 @@ class RaftNode:
                 self._deadline = now + self.config.fetch_timeout_ms
                 self._fetch_elsewhere, self._next_fetch_ms = -1, now
             if self._next_fetch_ms is not None and now >= self._next_fetch_ms:
-                if not self.is_voter and self._fetch_cid is not None:  # the last fetch got no answer in time
+                # maybeSendFetchToBestNode (voters and observers alike): a fetch to the leader left
+                # unanswered for the request timeout is forgotten and the next one asks another voter
+                if self._inflight.pop(self.leader_id, None) is not None:
                     self._fetch_elsewhere = self.leader_id
-                target = self.leader_id if self.is_voter or self._fetch_elsewhere is None else \
+                target = self.leader_id if self._fetch_elsewhere is None or not self._other_voters() else \
                     self._any_voter(self._fetch_elsewhere)
                 self._fetch_elsewhere = None
                 out.append(self._fetch_request(target))
                 self._next_fetch_ms = now + self.config.request_timeout_ms
-        elif s in (UNATTACHED, VOTED, RESIGNED):
+        elif s in (UNATTACHED, VOTED):
             if self.is_voter and self._deadline is not None and now >= self._deadline:
                 self._become_candidate(now, out)
-            elif not self.is_voter and self._next_fetch_ms is not None and now >= self._next_fetch_ms and self.voters:
-                # an observer finds the leader by fetching from any voter (Kafka: the bootstrap servers);
-                # the error response's CurrentLeader names the leader
+            elif self._next_fetch_ms is not None and now >= self._next_fetch_ms and self._other_voters():
+                # pollUnattachedCommon (Kafka 4): voters and observers alike look for the leader by fetching
+                # from any voter (the bootstrap servers); the error response's CurrentLeader names it
                 out.append(self._fetch_request(self._any_voter()))
                 self._next_fetch_ms = now + self.config.request_timeout_ms
-            if s == RESIGNED and self._resign_unacked and self._next_resign_ms is not None \
-                    and now >= self._next_resign_ms:
+        elif s == RESIGNED:
+            if self._deadline is not None and now >= self._deadline:
+                if self.is_voter:
+                    self._become_candidate(now, out)
+                else:
+                    # pollResigned: a leader removed from the voters is unattached in the next epoch, so
+                    # that no fetch response names it leader again
+                    self._become_unattached(self.epoch + 1, now)
+                return
+            if self._resign_unacked and self._next_resign_ms is not None and now >= self._next_resign_ms:
                 self._send_end_quorum_epoch(sorted(self._resign_unacked), out)
                 self._next_resign_ms = now + self.config.request_timeout_ms
 
@@ -426,9 +467,13 @@ class RaftNode:
         self._reset()
         self.state, self.failed = FAILED, reason
 
+    def _other_voters(self, avoid: int = -1) -> list[int]:
+        return [v for v in self.voters if v not in (self.node_id, avoid)]
+
     def _any_voter(self, avoid: int = -1) -> int:
-        """A voter chosen at random (Kafka: a ready bootstrap server), other than ``avoid`` if possible."""
-        choices = [v for v in self.voters if v != avoid] or list(self.voters)
+        """A voter chosen at random (Kafka: a ready bootstrap server), never this node, other than
+        ``avoid`` if possible."""
+        choices = self._other_voters(avoid) or self._other_voters()
         return choices[self._rng.randrange(len(choices))]
 
     def _fetch_request(self, destination: int) -> dict:
@@ -444,7 +489,7 @@ class RaftNode:
 
     def _reset(self) -> None:
         self._deadline = self._backoff_until = self._next_fetch_ms = None
-        self._fetch_cid = None
+        self._inflight = {}  # KafkaRaftClient.resetConnections on every transition
         self._granted, self._rejected = set(), set()
         self._progress = {}
         self._check_quorum_fetchers = set()
@@ -474,16 +519,17 @@ class RaftNode:
             self._deadline = now
         else:
             self._deadline = running if running is not None else now + self._election_timeout()
-        if not self.is_voter:
-            self._next_fetch_ms = now
+        self._next_fetch_ms = now
 
     def _become_voted(self, candidate: int, now: int) -> None:
-        running = self._deadline
+        """Unattached with a vote (Kafka 4's ``unattachedAddVotedState``): the election timer starts again
+        (the candidate has at least our chance of winning), the search for the leader goes on, and the
+        requests in flight stay so (Kafka keeps its connections on this transition)."""
+        inflight, next_fetch = self._inflight, self._next_fetch_ms
         self._reset()
         self.state, self.voted_for, self.leader_id = VOTED, candidate, NO_LEADER
-        self._deadline = running if running is not None else now + self._election_timeout()
-        if not self.is_voter:
-            self._next_fetch_ms = now  # (Kafka 4 lets an observer vote; it still looks for the leader)
+        self._deadline = now + self._election_timeout()
+        self._inflight, self._next_fetch_ms = inflight, next_fetch if next_fetch is not None else now
 
     def _become_follower(self, leader: int, epoch: int, now: int) -> None:
         self._enter(FOLLOWER, leader, epoch, now)
@@ -533,8 +579,6 @@ class RaftNode:
         self.state, self.leader_id = RESIGNED, self.node_id
         self._preferred_successors = successors
         self._deadline = now if self.voters == (self.node_id,) else now + self._election_timeout()
-        if not self.is_voter:
-            self._next_fetch_ms = now  # no longer a voter: find the next leader as an observer does
         self.note(now, "leader_resigned", preferred_successors=list(successors))
         # ResignedState.unackedVoters: EndQuorumEpoch goes to every other voter, and again every request
         # timeout to those that have not answered (a restarted leader sends its first ones at once)
@@ -549,9 +593,6 @@ class RaftNode:
             out.append(message("EndQuorumEpochRequest", self.node_id, v, ClusterId=self.config.cluster_id,
                                LeaderId=self.node_id, LeaderEpoch=self.epoch,
                                PreferredSuccessors=list(self._preferred_successors)))
-
-    def _unacknowledged(self) -> list[int]:
-        return [v for v, p in sorted(self._progress.items()) if not p.acknowledged and v != self.node_id]
 
     # ------------------------------------------------------------------------------- validation
     def _valid_cluster_id(self, cluster_id: str | None) -> bool:
@@ -632,6 +673,8 @@ class RaftNode:
             return reply(err, False)
         if epoch > self.epoch:
             self._become_unattached(epoch, now)
+        if not self._meant_for_me(d):
+            return reply(INVALID_VOTER_KEY, False)
         up_to_date = (last_epoch, last_offset) >= (self.log.last_epoch, self.log.end_offset)
         if self.state == UNATTACHED:
             granted = up_to_date
@@ -650,13 +693,14 @@ class RaftNode:
             return
         if d["ErrorCode"] != NONE or self.state != CANDIDATE or d["LeaderEpoch"] != self.epoch:
             return
-        if src not in self.voters:
-            return  # only voters' votes count (CandidateState keeps a state per voter only)
+        if src not in self.voters or src == self.node_id or src in self._granted | self._rejected:
+            # CandidateState: only other voters' answers count, each once; a voter cannot change its
+            # answer (Kafka refuses the change), so a duplicate or a changed answer is ignored
+            return
         if self._backoff_until is not None:
             return  # this election was given up on: Kafka 4 is no longer a candidate of it
         if d["VoteGranted"]:
             self._granted.add(src)
-            self._rejected.discard(src)
             if len(self._granted) >= self.majority:
                 self._become_leader(now, out)
         else:
@@ -684,7 +728,13 @@ class RaftNode:
         if err != NONE:
             return reply(err)
         self._maybe_transition(d["LeaderId"], d["LeaderEpoch"], now)
-        reply(NONE)
+        reply(NONE if self._meant_for_me(d) else INVALID_VOTER_KEY)
+
+    def _meant_for_me(self, d: Mapping) -> bool:
+        # KafkaRaftClient.isValidVoterKey: a request naming another voter (VoterId, KIP-853) is refused
+        # with INVALID_VOTER_KEY; one without a VoterId (version 0) is for whoever receives it
+        voter = d.get("VoterId")
+        return voter is None or voter == self.node_id
 
     def _on_BeginQuorumEpochResponse(self, src: int, d: Mapping, now: int, out: list[dict]) -> None:
         if self._handle_common_response(d["LeaderId"], d["LeaderEpoch"], now):
@@ -708,7 +758,7 @@ class RaftNode:
         self._maybe_transition(leader, epoch, now)
         if self.state == FOLLOWER and self.leader_id == leader and self.epoch == epoch:
             successors = list(d.get("PreferredSuccessors") or [])
-            position = successors.index(self.node_id) if self.node_id in successors else -1
+            position = successors.index(self.node_id) if self.node_id in successors else len(successors)
             backoff = self._strict_exponential_backoff(position, len(successors))
             self.note(now, "end_quorum_epoch", leader_id=leader, election_backoff_ms=backoff)
             self._deadline = now + backoff  # overrideFetchTimeout: stand for election sooner
@@ -778,24 +828,29 @@ class RaftNode:
         return int(self.config.fetch_timeout_ms * self.config.check_quorum_timeout_factor)
 
     def _on_FetchResponse(self, src: int, d: Mapping, now: int, out: list[dict]) -> None:
-        if self._incoming_cid is not None and self._incoming_cid != self._fetch_cid:
-            return  # not the fetch in flight: a duplicate, or the answer to a fetch we gave up on
-        self._fetch_cid = None
         cur = d["CurrentLeader"]
-        if self._handle_common_response(cur["LeaderId"], cur["LeaderEpoch"], now):
-            return
-        if self.state != FOLLOWER or src != self.leader_id:
-            if self.state != FOLLOWER and not self.is_voter and self._next_fetch_ms is not None:
-                # an observer still looking for the leader tries again after the backoff
+        handled = self._handle_common_response(cur["LeaderId"], cur["LeaderEpoch"], now)
+        if self.state in (UNATTACHED, VOTED):
+            if self._next_fetch_ms is not None:
+                # still looking for the leader (the answer named none, or is stale): ask again after the
+                # backoff (Kafka asks again once the answer is in; the backoff stands in for the round trip)
                 self._next_fetch_ms = min(self._next_fetch_ms, now + self.config.retry_backoff_ms)
             return
+        if handled or self.state != FOLLOWER:
+            return
+        if src != self.leader_id:
+            # another voter answered the fetch that looked for a newer leader, and named none: back to
+            # the leader after the backoff its connection is in (maybeSendFetchToBestNode)
+            self._next_fetch_ms = now + self.config.retry_backoff_ms
+            return
         if d["ErrorCode"] != NONE:
-            # (BROKER_NOT_AVAILABLE, say): a voter backs off and asks its leader again; an observer asks
-            # another voter at once, the leader's connection being the one backing off (Kafka)
-            if self.is_voter:
-                self._next_fetch_ms = now + self.config.retry_backoff_ms
-            else:
+            # (BROKER_NOT_AVAILABLE, say) the leader's connection backs off, so the next fetch asks another
+            # voter at once, for a newer leader (voters and observers alike); with no other voter to ask,
+            # the leader again after the backoff
+            if self._other_voters(avoid=src):
                 self._next_fetch_ms, self._fetch_elsewhere = now, src
+            else:
+                self._next_fetch_ms = now + self.config.retry_backoff_ms
             return
         self._deadline = now + self.config.fetch_timeout_ms  # resetFetchTimeoutForSuccessfulFetch
         div = d["DivergingEpoch"]
@@ -867,10 +922,11 @@ class RaftNode:
         if latest is not None and latest[1] >= self.high_watermark:
             return  # the last change is not committed yet
         if not self.is_voter:
-            # removed, and that is committed: it is no leader of the new voter set (Kafka 4: unattached
-            # in the next epoch), and finds the next leader as an observer
+            # removed, and that is committed: it is no leader of the new voter set. Kafka 4
+            # (RemoveVoterHandler, LeaderState.requestResign) resigns, telling the voters with
+            # EndQuorumEpoch, and is unattached in the next epoch after its election timeout
             self.note(now, "leader_removed_from_voters")
-            self._become_unattached(self.epoch + 1, now)
+            self._become_resigned(now, self._successors(), out)
             return
         target = self.target_voters
         if target is None:

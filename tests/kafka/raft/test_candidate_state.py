@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from raft_harness import CFG, granted, node
+from raft_harness import CFG, granted, node, only, vote
 
 from kraftlake.raft.config import RaftConfig
 from kraftlake.raft.node import CANDIDATE, LEADER, RaftNode
@@ -61,8 +61,8 @@ def test_three_node_quorum_vote_rejected():
 
 
 def test_grants_from_non_voters_are_not_counted():
-    """CandidateStateTest (recordGrantedVote refuses a non-voter): a grant from 9, not a voter, elects
-    nobody."""
+    """CandidateStateTest.testCannotGrantOrRejectNonVoters: a grant from 9, not a voter, elects nobody
+    (Kafka throws; the node ignores it)."""
     n = candidate((1, 2, 3))
     n.handle(granted(9, 1, 1), 1010)
     assert n.state == CANDIDATE
@@ -90,3 +90,72 @@ def test_cannot_change_vote_granted_to_rejected():
     n.handle(granted(3, 1, 1, yes=False), 1020)
     n.handle(granted(4, 1, 1), 1030)
     assert n.state == LEADER
+
+
+def test_cannot_reject_vote_from_local_id():
+    """CandidateStateTest.testCannotRejectVoteFromLocalId: an answer claiming to come from the candidate
+    itself is no rejection (Kafka throws; the node ignores it)."""
+    n = candidate((1, 2))
+    n.handle(granted(1, 1, 1, yes=False), 1010)
+    assert (n.state, n.epoch) == (CANDIDATE, 1)  # a counted rejection would have ended the election
+
+
+def test_cannot_change_vote_rejected_to_granted():
+    """CandidateStateTest.testCannotChangeVoteRejectedToGranted: a voter that rejected cannot grant
+    afterwards (Kafka throws; the node keeps the rejection)."""
+    n = candidate((1, 2, 3, 4, 5))
+    n.handle(granted(2, 1, 1, yes=False), 1010)
+    n.handle(granted(2, 1, 1), 1020)
+    n.handle(granted(3, 1, 1), 1030)
+    assert n.state == CANDIDATE  # 1 and 3 granted; 2's grant did not count
+    n.handle(granted(4, 1, 1), 1040)
+    assert n.state == LEADER
+
+
+def test_idempotent_grant():
+    """CandidateStateTest.testIdempotentGrant / EpochElectionTest.testRecordGrantedVote: a grant counts
+    once, however often it arrives; a second voter's grant makes the majority."""
+    n = candidate((1, 2, 3, 4, 5))
+    n.handle(granted(2, 1, 1), 1010)
+    n.handle(granted(2, 1, 1), 1020)
+    assert n.state == CANDIDATE
+    n.handle(granted(3, 1, 1), 1030)
+    assert n.state == LEADER
+
+
+def test_idempotent_reject():
+    """CandidateStateTest.testIdempotentReject / EpochElectionTest.testRecordRejectedVote: a rejection
+    counts once; a second voter's rejection loses the election."""
+    n = candidate((1, 2, 3))
+    n.handle(granted(2, 1, 1, yes=False), 1010)
+    n.handle(granted(2, 1, 1, yes=False), 1020)
+    assert (n.state, n.epoch) == (CANDIDATE, 1)
+    n.handle(granted(3, 1, 1, yes=False), 1030)
+    assert (n.state, n.epoch) == (CANDIDATE, 2)
+
+
+def test_grant_vote():
+    """CandidateStateTest.testGrantVote (standard votes): a candidate grants no vote in its epoch, to a
+    voter or not, whatever the log."""
+    for last_epoch, last_offset in ((0, 5), (0, 0)):
+        for other in (0, 2, 3, 4):
+            n = candidate((1, 2, 3, 4))
+            r = n.handle(vote(other, 1, 1, last_epoch, last_offset), 1010)
+            assert only(r, "VoteResponse")["VoteGranted"] is False and (n.state, n.voted_for) == (CANDIDATE, 1)
+
+
+def test_election_state():
+    """CandidateStateTest.testElectionState: the candidate's quorum-state holds its epoch and its vote for
+    itself, no leader."""
+    n = candidate((1, 2, 3, 4))
+    assert n.durable_state() == {"epoch": 1, "voted_for": 1, "leader_id": -1}
+
+
+def test_state_on_initialization():
+    """EpochElectionTest.testStateOnInitialization: a new election is neither won nor lost; every other
+    voter is asked."""
+    n = node(1, (1, 2, 3), cfg=NO_BACKOFF)
+    out = n.tick(1000)
+    assert n.state == CANDIDATE and sorted(m["destination"] for m in out if m["type"] == "VoteRequest") == [2, 3]
+    n.tick(1500)
+    assert (n.state, n.epoch) == (CANDIDATE, 1)
