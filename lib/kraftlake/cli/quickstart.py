@@ -14,7 +14,7 @@ import argparse
 from kraftlake.cli.config import add_common_arguments, config_from_args
 from kraftlake.cli.ingest import print_summary
 from kraftlake.cli.output import print_table
-from kraftlake.cli.runtime import kafka_configs, open_warehouse
+from kraftlake.cli.runtime import checkpoint_location, kafka_configs, open_warehouse
 from kraftlake.sim.sample import write_sample
 from kraftlake.spark.controller_query import ControllerSettings, run
 from kraftlake.spark.views import register_views
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     warehouse = open_warehouse(config, "kraftlake-quickstart", with_spark=True)
     ingest(warehouse, [str(log_dir), str(what_if)], on_source=print_summary)
     run(warehouse, ControllerSettings(shards=config.get_int("kraftlake.shards", minimum=1),
-                                      checkpoint=f"{warehouse.root}/_checkpoints/controller", once=True,
+                                      checkpoint=checkpoint_location(config, warehouse, "controller"), once=True,
                                       kafka_config=kafka_configs(config)))
     register_views(warehouse)
     for title, query in QUERIES:
