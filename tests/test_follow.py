@@ -70,13 +70,17 @@ def assert_log(tables: DeltaRsTables, node: Node) -> None:
     assert [(e["type"], e["leader_epoch"]) for e in actual] == [(e["type"], e["leader_epoch"]) for e in expected]
 
 
-def test_follower_through_partial_batches_rolls_snapshots_retention_and_restarts(tmp_path: Path) -> None:
-    events = numbered(build_events())
+def live_directory(tmp_path: Path) -> tuple[Node, DeltaRsTables, Follower]:
+    """The sample cluster's records, to be written by a node into an empty directory, and its follower."""
     directory = tmp_path / "__cluster_metadata-0"
     directory.mkdir()
-    node = Node(directory, events)
     tables = DeltaRsTables(str(tmp_path / "w"))
-    follower = Follower(tables, directory)
+    return Node(directory, numbered(build_events())), tables, Follower(tables, directory)
+
+
+def test_follower_through_partial_batches_rolls_snapshots_retention_and_restarts(tmp_path: Path) -> None:
+    node, tables, follower = live_directory(tmp_path)
+    events, directory = node.events, node.directory
 
     node.append(30)
     assert follower.poll().records == 30
@@ -123,12 +127,8 @@ def test_follower_through_partial_batches_rolls_snapshots_retention_and_restarts
 
 
 def test_a_rewritten_offset_stops_the_follower_naming_it(tmp_path: Path) -> None:
-    events = numbered(build_events())
-    directory = tmp_path / "__cluster_metadata-0"
-    directory.mkdir()
-    node = Node(directory, events)
-    tables = DeltaRsTables(str(tmp_path / "w"))
-    follower = Follower(tables, directory)
+    node, tables, follower = live_directory(tmp_path)
+    events, directory = node.events, node.directory
     for count in (20, 5, 5, 5):
         node.append(count)
     assert follower.poll().records == 35
