@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pytest
 
 from kraftlake.codec.logdir import decode_buffer
@@ -167,7 +168,8 @@ def unplaced(tables: dict[str, list[dict]]) -> dict[str, list[dict]]:
                                    for r in tables["rejected"]]}
 
 
-def test_follow_job_and_running_controller_reflect_each_write(spark, tmp_path: Path) -> None:  # noqa: ANN001
+def test_follow_job_and_running_controller_reflect_each_write(spark, tmp_path: Path,  # noqa: ANN001
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
     """The follower job (killed with SIGKILL once and started again) and the controller query, both
     running, while a node writes: after each write the tables match the core's replay of the log so far."""
     log = generate_log(seed=21, size=80)
@@ -191,6 +193,7 @@ def test_follow_job_and_running_controller_reflect_each_write(spark, tmp_path: P
             follower_log.read_text()
         query = streaming.start(warehouse, streaming.ControllerSettings(
             shards=2, checkpoint=str(tmp_path / "checkpoint"), once=False, trigger_interval_ms=200))
+        lags: dict[str, float] = {}
         steps = [("append", 20), ("partial", 10), ("roll", 15), ("kill", 10), ("append", 10)]
         for step, count in [("append", 0)] + steps:
             if step == "partial":
@@ -210,11 +213,17 @@ def test_follow_job_and_running_controller_reflect_each_write(spark, tmp_path: P
                 if count:
                     node.append(count)
             expected = unplaced(reference_tables(as_read[:node.end], 2))
+            written_at = time.monotonic()
             wait_for(lambda: unplaced(warehouse_tables(warehouse)) == expected or follower.poll() is not None
                      or query.exception() is not None, 90, every=0.3)
             assert follower.poll() is None and query.exception() is None, follower_log.read_text()[-3000:]
             assert_same_tables(unplaced(warehouse_tables(warehouse)), expected, f"after {step}, log end {node.end}")
+            lags[f"{len(lags)}:{step}"] = round(time.monotonic() - written_at, 1)
         assert [e["offset"] for e in committed(warehouse)] == list(range(node.end))
+        ingest_rejections = warehouse.read_arrow("rejected", filter=pc.field("stage") == "ingest")
+        assert ingest_rejections.num_rows == 0, "a batch read while being written was rejected"
+        with capsys.disabled():
+            print(f"\nseconds from a write to the tables showing it: {lags}")
     finally:
         if query is not None:
             query.stop()
