@@ -39,7 +39,8 @@ from kraftlake.codec.logdir import (SEGMENT_NAME, BatchHeader, MappedFile, batch
                                     list_partition_dir, snapshot_end_offset)
 from kraftlake.metadata.rejections import Rejection
 from kraftlake.metadata.tables import metadata_log_schema, table_arrow_schema
-from kraftlake.storage.ingest import StrictModeError, Tables
+from kraftlake.storage.deltars import DeltaRsTables
+from kraftlake.storage.ingest import StrictModeError
 from kraftlake.storage.tables import events_to_arrow, rejections_to_arrow, rows_to_events
 
 # the batch headers remembered per segment, to find how deep a rewrite goes (KRaft truncates only the
@@ -89,7 +90,7 @@ def _header_at(mapped: MappedFile, position: int) -> BatchHeader | None:
 class Follower:
     """Tails ``directory`` into ``tables``; ``poll()`` once, or ``run()`` until told to stop."""
 
-    def __init__(self, tables: Tables, directory: str | os.PathLike, *, strict: bool = False) -> None:
+    def __init__(self, tables: DeltaRsTables, directory: str | os.PathLike, *, strict: bool = False) -> None:
         self.tables = tables
         self.directory = Path(directory).resolve()
         self.strict = strict
