@@ -54,3 +54,29 @@ def fixtures_dir() -> Path:
             "beside the repository (shared/fixtures/kafka-logs)."
         )
     return path
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """moto's S3 on 127.0.0.1, started once, for the tests that ask for it."""
+    from servers import S3Server
+
+    server = S3Server.start(tmp_path_factory.mktemp("s3"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """A Spark standalone master and two one-core workers from the pinned pyspark, started once, for the
+    tests that ask for it."""
+    import pyspark
+    from servers import SparkCluster
+
+    cluster = SparkCluster(Path(pyspark.__file__).parent, tmp_path_factory.mktemp("spark-cluster"))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()

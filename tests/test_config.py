@@ -225,6 +225,28 @@ def test_other_keys_do_not_warn() -> None:
     assert c["spark.executor.memory"] == "4g"
 
 
+def test_storage_settings_are_delta_rs_options_and_checkpoints_follow_the_warehouse(tmp_path: Path) -> None:
+    from kraftlake.cli.runtime import checkpoint_location, storage_options
+    from kraftlake.storage import Warehouse
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # delta-rs checks its own options: no "unknown setting" warning
+        c = load_config(None, ["kraftlake.storage.aws_endpoint_url=http://127.0.0.1:9000",
+                               "kraftlake.storage.AWS_ALLOW_HTTP=true", "kraftlake.storage.aws_region="])
+    assert storage_options(c) == {"aws_endpoint_url": "http://127.0.0.1:9000", "AWS_ALLOW_HTTP": "true"}
+    with pytest.warns(ConfigWarning, match="kraftlake.checkpoints"):
+        load_config(None, ["kraftlake.checkpoint=/x"])
+
+    on_s3 = Warehouse("s3://bucket/w", engine="delta-rs", storage_options=storage_options(c))
+    assert on_s3.storage_options == storage_options(c)
+    assert Warehouse(str(tmp_path), engine="delta-rs", storage_options=storage_options(c)).storage_options is None
+    # Spark reaches S3 through Hadoop's S3A only; with no session there is no JVM to ask whether it has it
+    assert checkpoint_location(c, on_s3, "controller") == "s3a://bucket/w/_checkpoints/controller"
+    assert checkpoint_location(c, on_s3, "controller", "s3://other/cp") == "s3a://other/cp"
+    elsewhere = c.with_overrides({"kraftlake.checkpoints": str(tmp_path / "cp")})
+    assert checkpoint_location(elsewhere, on_s3, "controller") == str(tmp_path / "cp" / "controller")
+
+
 # -- Config and typed getters -------------------------------------------------------------
 
 

@@ -9,8 +9,8 @@ partition_history (every change), controller_log (the records the controller gen
 responses (its answer to each request) and rejected (what does not apply). A second query replays the
 metadata quorum's traffic (VoteRequest, FetchRequest, ... addressed to replicas) into quorum_state,
 quorum_replicas and quorum_events (``kraftlake.spark.quorum_query``). The checkpoints live in
-W/_checkpoints/controller (the quorum query's in its quorum/ folder); kill the job at any point and
-start it again: the tables end as if it had never stopped.
+kraftlake.checkpoints/controller, by default W/_checkpoints/controller (the quorum query's in its quorum/
+folder); kill the job at any point and start it again: the tables end as if it had never stopped.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import argparse
 import sys
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
-from kraftlake.cli.runtime import kafka_configs, meter, open_warehouse
+from kraftlake.cli.runtime import checkpoint_location, kafka_configs, meter, open_warehouse
 from kraftlake.metadata.progress import NEVER
 from kraftlake.spark.controller_query import ControllerSettings, reset, run
 
@@ -30,14 +30,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shards", type=int, help="controller shards (kraftlake.shards)")
     parser.add_argument("--max-records-per-batch", type=int,
                         help="cap on log rows per micro-batch (kraftlake.controller.max.records.per.batch)")
-    parser.add_argument("--checkpoint", help="checkpoint location (default: W/_checkpoints/controller)")
+    parser.add_argument("--checkpoint",
+                        help="checkpoint location (default: kraftlake.checkpoints/controller, W/_checkpoints/controller "
+                             "when that is empty)")
     parser.add_argument("--reset", action="store_true",
                         help="delete the checkpoint and the derived tables first, and replay from offset 0")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     config = config_from_args(args)
     warehouse = open_warehouse(config, "kraftlake-controller")
-    checkpoint = args.checkpoint or f"{warehouse.root}/_checkpoints/controller"
+    try:
+        checkpoint = checkpoint_location(config, warehouse, "controller", args.checkpoint)
+    except RuntimeError as exc:
+        print(f"controller: {exc}", file=sys.stderr)
+        return 1
     limit = args.max_records_per_batch or config.get_int("kraftlake.controller.max.records.per.batch", minimum=0)
     settings = ControllerSettings(
         shards=args.shards or config.get_int("kraftlake.shards", minimum=1), checkpoint=checkpoint,

@@ -8,17 +8,27 @@ Ingesting the same bytes twice adds nothing. Damaged or invalid parts land in ``
 their location and reason and the ingest goes on; ``--strict`` stops at the first one (exit 1)
 and commits nothing of that source.
 
+``--follow DIR`` tails a live node's ``__cluster_metadata-0`` directory instead, appending new records
+as batches land (every ``kraftlake.ingest.follow.poll.ms``), until stopped (SIGINT/SIGTERM); it exits 1
+if the node's log was rewritten under records already ingested (``kraftlake.storage.follow``).
+
     ./spark-submit.sh jobs/ingest.py --warehouse W path/to/__cluster_metadata-0 events.jsonl
+    ./spark-submit.sh jobs/ingest.py --warehouse W --follow /var/lib/kafka/__cluster_metadata-0
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
-from kraftlake.cli.runtime import meter, open_warehouse
+from kraftlake.cli.runtime import meter, open_warehouse, storage_options
+from kraftlake.metadata.config import Config
+from kraftlake.storage import DeltaRsTables
+from kraftlake.storage.follow import Follower, FollowError, print_poll
 from kraftlake.storage.ingest import SourceSummary, StrictModeError, ingest
 
 
@@ -42,13 +52,19 @@ def print_summary(summary: SourceSummary) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sources", nargs="+", help="partition directories, segments, snapshots, .jsonl, .avro")
+    parser.add_argument("sources", nargs="*", help="partition directories, segments, snapshots, .jsonl, .avro")
+    parser.add_argument("--follow", metavar="DIR",
+                        help="tail a live node's __cluster_metadata-0 directory until stopped (no other sources)")
     parser.add_argument("--full-history", action="store_true",
                         help="for a directory: read every segment from its first record, ignoring snapshots")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="summary format")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
+    if bool(args.follow) == bool(args.sources):
+        parser.error("give sources to ingest, or --follow DIR, not both")
     config = config_from_args(args)
+    if args.follow:
+        return follow(config, args.follow)
     warehouse = open_warehouse(config, "kraftlake-ingest")
     printer = print_summary if args.format == "text" else \
         (lambda s: print(json.dumps(s.as_dict(), default=str)))
@@ -73,3 +89,25 @@ def main(argv: list[str] | None = None) -> int:
               "query them with jobs/sql.py \"SELECT * FROM rejected\"", file=sys.stderr)
     return 0
 
+
+def follow(config: Config, directory: str) -> int:
+    """Tail ``directory`` until SIGINT/SIGTERM. Commits go through delta-rs: no Spark session, no JVM, so
+    the follower is a light service next to the node (see docs/deployment.md)."""
+    tables = DeltaRsTables(config.get_path("kraftlake.warehouse"), storage_options(config))
+    follower = Follower(tables, directory, strict=config.get_bool("kraftlake.strict"))
+    stopping = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda signum, frame: stopping.set())
+    poll_ms = config.get_int("kraftlake.ingest.follow.poll.ms", minimum=1)
+    print(f"[follow] {directory} into {tables.path('metadata_log')}, every {poll_ms} ms", file=sys.stderr, flush=True)
+    try:
+        follower.run(poll_ms, stopping.is_set, lambda result: print_poll(result, sys.stderr))
+    except StrictModeError as exc:
+        print(f"ingest --follow: {exc}; nothing of that poll was committed", file=sys.stderr)
+        return 1
+    except (FollowError, OSError) as exc:
+        print(f"ingest --follow: {exc}", file=sys.stderr)
+        return 1
+    print(f"[follow] stopped at offset {follower.next_offset}; start again to resume there", file=sys.stderr)
+    return 0

@@ -16,7 +16,7 @@ from kraftlake.cli.config import add_common_arguments, config_from_args
 from kraftlake.cli.ingest import print_summary
 from kraftlake.cli.output import print_table
 from kraftlake.cli.report import write_report
-from kraftlake.cli.runtime import kafka_configs, meter, open_warehouse
+from kraftlake.cli.runtime import checkpoint_location, kafka_configs, meter, open_warehouse
 from kraftlake.sim.sample import write_sample
 from kraftlake.spark.controller_query import ControllerSettings, run
 from kraftlake.spark.views import register_views
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     ingest(warehouse, [str(log_dir), str(what_if)], on_source=print_summary,
            meter=lambda source: meter(config, f"ingest {source}"))
     run(warehouse, ControllerSettings(shards=config.get_int("kraftlake.shards", minimum=1),
-                                      checkpoint=f"{warehouse.root}/_checkpoints/controller", once=True,
+                                      checkpoint=checkpoint_location(config, warehouse, "controller"), once=True,
                                       kafka_config=kafka_configs(config)), meter(config, "controller", "offsets"))
     register_views(warehouse)
     for title, query in QUERIES:

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
-from kraftlake.cli.runtime import kafka_configs
+from kraftlake.cli.runtime import kafka_configs, storage_options
 from kraftlake.report.html import render
 from kraftlake.metadata.config import Config
 from kraftlake.report.timeline import Timeline, build
@@ -77,7 +77,8 @@ def write_report(root: str, out: Path, config: Config, start_ms: int | None = No
                  topics: list[str] | None = None, title: str | None = None) -> Timeline:
     """Build the warehouse's timeline and write it as one HTML page; ValueError when there is nothing to
     draw (no log yet, an empty window)."""
-    timeline = build(DeltaRsTables(root), start_ms, end_ms, topics, kafka_config=kafka_configs(config))
+    tables = DeltaRsTables(root, storage_options(config))
+    timeline = build(tables, start_ms, end_ms, topics, kafka_config=kafka_configs(config))
     out.write_text(render(timeline, title or f"kraftlake: {root}", root), encoding="utf-8")
     return timeline
 

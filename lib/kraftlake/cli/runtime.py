@@ -2,17 +2,53 @@
 
 from __future__ import annotations
 
-from kraftlake.metadata.config import Config
+from urllib.parse import urlparse
+
+from kraftlake.metadata.config import STORAGE_PREFIX, Config
 from kraftlake.metadata.progress import Meter, wanted
 from kraftlake.spark.session import get_spark
 from kraftlake.storage import Warehouse
+
+# Hadoop's filesystem for S3; Spark writes checkpoints through Hadoop, so s3a:// is where they go on S3
+S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+
+
+def storage_options(config: Config) -> dict[str, str]:
+    """``kraftlake.storage.<key>`` settings as delta-rs' storage options ``<key>`` (empty values left out)."""
+    return {k[len(STORAGE_PREFIX):]: v for k, v in config.subset(STORAGE_PREFIX).items() if v.strip()}
 
 
 def open_warehouse(config: Config, app_name: str, with_spark: bool = True) -> Warehouse:
     """The configured warehouse; with a Spark session unless the job only commits through delta-rs."""
     engine = config.get_str("kraftlake.engine")
     spark = get_spark(config, app_name) if with_spark or engine != "delta-rs" else None
-    return Warehouse(config.get_path("kraftlake.warehouse"), engine=engine, spark=spark)
+    return Warehouse(config.get_path("kraftlake.warehouse"), engine=engine, spark=spark,
+                     storage_options=storage_options(config))
+
+
+def checkpoint_location(config: Config, warehouse: Warehouse, query: str, given: str | None = None) -> str:
+    """Where query ``query`` keeps its checkpoint: ``given`` (``--checkpoint``), else under
+    ``kraftlake.checkpoints``, else the warehouse's ``_checkpoints`` (an ``s3://`` warehouse's as ``s3a://``:
+    Spark reaches S3 only through Hadoop's S3A).
+
+    An ``s3a://`` location is refused up front when the session cannot load S3A (the hadoop-aws jar is
+    not in pyspark): Spark would otherwise fail at the first micro-batch with a bare
+    ClassNotFoundException."""
+    root = config.get_str("kraftlake.checkpoints")
+    root = config.get_path("kraftlake.checkpoints") if root else f"{warehouse.root}/_checkpoints"
+    location = given or f"{root.rstrip('/')}/{query}"
+    if urlparse(location).scheme == "s3":
+        location = "s3a" + location[len("s3"):]
+    from kraftlake.storage.native import class_loadable  # imports pyspark
+
+    if urlparse(location).scheme == "s3a" and warehouse.spark is not None \
+            and not class_loadable(warehouse.spark, S3A_CLASS):
+        raise RuntimeError(
+            f"the checkpoint {location} needs Hadoop's S3A filesystem ({S3A_CLASS}, in the hadoop-aws jar "
+            "matching Spark's Hadoop, with the AWS SDK bundle), which this Spark does not have: add it with "
+            "--jars or --packages org.apache.hadoop:hadoop-aws:<Hadoop version>, or set kraftlake.checkpoints "
+            "to a location Hadoop reaches without it (hdfs://..., a shared mount). See docs/deployment.md.")
+    return location
 
 
 def kafka_configs(config: Config) -> dict[str, str]:

@@ -11,6 +11,7 @@ import mmap
 import os
 import re
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -63,9 +64,10 @@ def _next_intact_batch(buf: bytes | memoryview, start: int) -> RecordBatch | Non
         pos = magic_at - 16 + 1
 
 
-def _raw_batches(buf: bytes | memoryview, source: str) -> Iterator[RecordBatch | Rejection]:
-    """Batches in file order; damaged stretches become rejections and scanning resumes after them."""
-    pos = 0
+def _raw_batches(buf: bytes | memoryview, source: str, start: int = 0) -> Iterator[RecordBatch | Rejection]:
+    """Batches in file order from byte ``start``; damaged stretches become rejections and scanning resumes
+    after them."""
+    pos = start
     size = len(buf)
     while pos < size:
         if size - pos < batches.HEADER_SIZE:
@@ -104,8 +106,44 @@ def _raw_batches(buf: bytes | memoryview, source: str) -> Iterator[RecordBatch |
         pos = stop
 
 
-def _checked_batches(buf: bytes | memoryview, source: str,
-                     first_offset: int | None = None) -> Iterator[RecordBatch | Rejection]:
+@dataclass(frozen=True)
+class BatchHeader:
+    """Where a whole batch is and what it holds, from its header alone (nothing decoded or verified)."""
+
+    position: int
+    size: int
+    base_offset: int
+    last_offset: int
+    leader_epoch: int
+    crc: int
+
+
+def batch_headers(buf: bytes | memoryview, start: int = 0,
+                  limit: int | None = None) -> tuple[list[BatchHeader], str]:
+    """The headers of the whole batches from byte ``start``, and why the walk stopped there: ``end`` (the
+    buffer ends on a batch boundary), ``partial`` (a batch is still being written: its header or its
+    bytes are not all there yet) or ``damage`` (no plausible batch header: corruption).
+
+    Cheap (61 bytes per batch), so a tail of a live segment can find its place without decoding. At most
+    ``limit`` headers (the walk then stops with ``end``)."""
+    headers, pos, size = [], start, len(buf)
+    while pos < size and (limit is None or len(headers) < limit):
+        if size - pos < batches.HEADER_SIZE:
+            return headers, "partial"
+        base_offset, length, epoch, magic, crc = struct.unpack_from(">qiibI", buf, pos)
+        _attributes, last_delta = struct.unpack_from(">hi", buf, pos + batches.CRC_START)
+        if magic != 2 or not batches.HEADER_SIZE - batches.LOG_OVERHEAD <= length <= batches.MAX_BATCH_SIZE:
+            return headers, "damage"
+        end = pos + batches.LOG_OVERHEAD + length
+        if end > size:
+            return headers, "partial"
+        headers.append(BatchHeader(pos, end - pos, base_offset, base_offset + last_delta, epoch, crc))
+        pos = end
+    return headers, "end"
+
+
+def _checked_batches(buf: bytes | memoryview, source: str, first_offset: int | None = None,
+                     start: int = 0) -> Iterator[RecordBatch | Rejection]:
     """Batches whose offsets and epochs continue the log.
 
     baseOffset and partitionLeaderEpoch are outside the CRC, so a flipped bit there passes the CRC. A
@@ -149,7 +187,7 @@ def _checked_batches(buf: bytes | memoryview, source: str,
         last_epoch = batch.leader_epoch
         return batch
 
-    for item in _raw_batches(buf, source):
+    for item in _raw_batches(buf, source, start):
         if isinstance(item, Rejection):
             if pending is not None:
                 yield settle(pending, None)
@@ -193,9 +231,11 @@ def _decode_value(batch: RecordBatch, record: batches.Record) -> tuple[str, int,
     return spec.name, version, decode_message(spec, version, memoryview(record.value)[reader.pos:])
 
 
-def decode_buffer(buf: bytes | memoryview, source: str, first_offset: int | None = None) -> Iterator[Item]:
-    """Events and rejections of a buffer holding record batches (a segment or a snapshot)."""
-    for item in _checked_batches(buf, source, first_offset):
+def decode_buffer(buf: bytes | memoryview, source: str, first_offset: int | None = None,
+                  start: int = 0) -> Iterator[Item]:
+    """Events and rejections of a buffer holding record batches (a segment or a snapshot), from byte
+    ``start`` (a batch boundary; ``first_offset`` is then that batch's base offset)."""
+    for item in _checked_batches(buf, source, first_offset, start):
         if isinstance(item, Rejection):
             yield item
             continue
@@ -228,7 +268,7 @@ def _record_rejection(source: str, batch: RecordBatch, record: batches.Record, e
     return Rejection(source, batch.position, record.offset, error, reason, raw[:RAW_LIMIT], len(raw))
 
 
-class _MappedFile:
+class MappedFile:
     """A read-only view of a file; empty files cannot be mmapped, hence the special case."""
 
     def __init__(self, path: Path):
@@ -252,7 +292,7 @@ def decode_file(path: str | os.PathLike, min_offset: int | None = None) -> Itera
     segment = SEGMENT_NAME.match(path.name)
     # a segment starts at the offset in its name; a snapshot's batches count from 0
     first_offset = int(segment.group(1)) if segment else 0 if snapshot_end_offset(path) else None
-    mapped = _MappedFile(path)
+    mapped = MappedFile(path)
     try:
         for item in decode_buffer(mapped.buf, str(path), first_offset):
             if min_offset is not None and isinstance(item, dict) and item["offset"] < min_offset:

@@ -31,6 +31,7 @@ __all__ = [
     "ConfigError",
     "ConfigWarning",
     "ENGINES",
+    "STORAGE_PREFIX",
     "default_properties_path",
     "defaults",
     "load_config",
@@ -43,6 +44,8 @@ __all__ = [
 
 #: Storage engines ``kraftlake.engine`` may name.
 ENGINES = ("auto", "native", "delta-rs")
+#: Settings under this prefix are delta-rs storage options (``kraftlake.storage.aws_endpoint_url``, ...).
+STORAGE_PREFIX = "kraftlake.storage."
 
 _DEFAULTS_FILE = "kraftlake.properties"
 _PACKAGED_DEFAULTS = "defaults.properties"
@@ -337,7 +340,8 @@ def _validate(config: Config) -> None:
 def _warn_unknown(known: Iterable[str], layer: Mapping[str, str], source: str) -> None:
     known = set(known)
     for key in layer:
-        if key.startswith("kraftlake.") and key not in known:
+        # kraftlake.storage.* pass through to delta-rs, whose storage options are its own to check
+        if key.startswith("kraftlake.") and not key.startswith(STORAGE_PREFIX) and key not in known:
             close = difflib.get_close_matches(key, sorted(known), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             warnings.warn(f"unknown setting {key!r} (from {source}){hint}", ConfigWarning, stacklevel=3)

@@ -332,16 +332,16 @@ def reset(warehouse: Warehouse, checkpoint: str) -> None:
     """Forget the checkpoint, the replay's rejections and every derived table, so the next run replays
     the log from the start. The tables go last: while one is left, ``check_start`` refuses to start, so
     a reset that dies half-way is simply run again."""
-    delete_dir(checkpoint)
+    delete_dir(checkpoint, warehouse.storage_options)
     if warehouse.exists("rejected"):  # shared with ingest, whose rejections are input and stay
         warehouse.table("rejected").delete("stage = 'replay'")
     for name in derived_tables():
-        delete_dir(warehouse.path(name))
+        delete_dir(warehouse.path(name), warehouse.storage_options)
 
 
 def check_start(warehouse: Warehouse, checkpoint: str) -> None:
     """Derived tables without a checkpoint would be replayed into twice: refuse with the remedy."""
-    if query_id(checkpoint) is None:
+    if query_id(checkpoint, warehouse.storage_options) is None:
         leftovers = [name for name in derived_tables() if warehouse.exists(name)]
         if leftovers:
             raise RuntimeError(
@@ -366,7 +366,8 @@ def start(warehouse: Warehouse, settings: ControllerSettings):
                                        "append",
                                        GroupStateTimeout.NoTimeout))
     return start_sink(outputs, "controller", settings.checkpoint, settings.once, settings.trigger_interval_ms,
-                      lambda batch_df, txn: write_outputs(warehouse, _outputs_of(batch_df.toArrow()), txn))
+                      lambda batch_df, txn: write_outputs(warehouse, _outputs_of(batch_df.toArrow()), txn),
+                      warehouse.storage_options)
 
 
 def run(warehouse: Warehouse, settings: ControllerSettings, meter: Meter | None = None,

@@ -8,12 +8,10 @@ module) lets each depend on it without depending on the other.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable, Mapping, TextIO
 
 import pyarrow as pa
@@ -21,35 +19,30 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from kraftlake.metadata.progress import Meter
-from kraftlake.storage.deltars import DeltaRsTables
+from kraftlake.storage.deltars import DeltaRsTables, StorageOptions, filesystem
 
 Sink = Callable[[Any, tuple[str, int]], Any]
 
 
-def uri(path: str) -> str:
-    """``path`` as a URI pyarrow's filesystems accept (local paths become ``file://`` URIs)."""
-    # as_uri() percent-encodes: a bare "file://" + path is no URI once the path has a space or '#'
-    return path if "://" in path else Path(os.path.abspath(path)).as_uri()
-
-
-def query_id(checkpoint: str) -> str | None:
+def query_id(checkpoint: str, storage_options: StorageOptions = None) -> str | None:
     """The streaming query's id from its checkpoint (stable across restarts of the same checkpoint)."""
-    filesystem, path = pafs.FileSystem.from_uri(uri(checkpoint))
-    info = filesystem.get_file_info(f"{path}/metadata")
+    fs, path = filesystem(checkpoint, storage_options)
+    info = fs.get_file_info(f"{path}/metadata")
     if info.type != pafs.FileType.File:
         return None
-    with filesystem.open_input_stream(f"{path}/metadata") as stream:
+    with fs.open_input_stream(f"{path}/metadata") as stream:
         return json.loads(stream.read().decode().splitlines()[0])["id"]
 
 
-def delete_dir(target: str) -> None:
-    """Remove a directory (a checkpoint, a table) if it is there, on any filesystem pyarrow knows."""
-    filesystem, path = pafs.FileSystem.from_uri(uri(target))
-    if filesystem.get_file_info(path).type != pafs.FileType.NotFound:
-        filesystem.delete_dir(path)
+def delete_dir(target: str, storage_options: StorageOptions = None) -> None:
+    """Remove a directory (a checkpoint, a table) if it is there, locally or on object storage."""
+    fs, path = filesystem(target, storage_options)
+    if fs.get_file_info(path).type != pafs.FileType.NotFound:
+        fs.delete_dir(path)
 
 
-def start_sink(outputs: Any, name: str, checkpoint: str, once: bool, trigger_interval_ms: int, write: Sink) -> Any:
+def start_sink(outputs: Any, name: str, checkpoint: str, once: bool, trigger_interval_ms: int, write: Sink,
+               storage_options: StorageOptions = None) -> Any:
     """Start ``outputs`` as query ``kraftlake_<name>``: each micro-batch goes to ``write(batch_df, txn)``.
 
     ``txn`` is the Delta application transaction ``(kraftlake-<name>-<query id>, batch id)``: a batch Spark
@@ -60,7 +53,7 @@ def start_sink(outputs: Any, name: str, checkpoint: str, once: bool, trigger_int
 
     def sink(batch_df: Any, batch_id: int) -> None:
         if not app_id:
-            app_id.append(f"kraftlake-{name}-{query_id(checkpoint)}")
+            app_id.append(f"kraftlake-{name}-{query_id(checkpoint, storage_options)}")
         write(batch_df, (app_id[0], batch_id))
 
     writer = (outputs.writeStream.queryName(f"kraftlake_{name}").option("checkpointLocation", checkpoint)

@@ -122,7 +122,8 @@ def start_quorum(warehouse: Warehouse, checkpoint: str, once: bool, properties: 
         rows = [(r["table"], r["offset"], r["seq"], json.loads(r["row"])) for r in batch_df.toArrow().to_pylist()]
         write_quorum_outputs(warehouse, rows, txn)
 
-    return start_sink(outputs, "quorum", checkpoint_of(checkpoint), once, trigger_interval_ms, write)
+    return start_sink(outputs, "quorum", checkpoint_of(checkpoint), once, trigger_interval_ms, write,
+                      warehouse.storage_options)
 
 
 __all__ = ["checkpoint_of", "start_quorum", "traffic", "write_quorum_outputs"]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from kraftlake.storage.deltars import ArrowData, DeltaRsTables, Txn
+from kraftlake.storage.deltars import ArrowData, DeltaRsTables, StorageOptions, Txn
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -56,8 +56,9 @@ class Warehouse(DeltaRsTables):
     The price is a Python worker per task and an Arrow hop into the JVM.
     """
 
-    def __init__(self, root: str, engine: str = AUTO, spark: SparkSession | None = None) -> None:
-        super().__init__(root)
+    def __init__(self, root: str, engine: str = AUTO, spark: SparkSession | None = None,
+                 storage_options: StorageOptions = None) -> None:
+        super().__init__(root, storage_options)
         self.spark = spark
         self.engine = resolve_engine(engine, spark)
 
@@ -115,7 +116,8 @@ class Warehouse(DeltaRsTables):
         from kraftlake.storage import datasource
 
         datasource.register(spark)
-        return spark.read.format(datasource.NAME).load(self.path(name))
+        return (spark.read.format(datasource.NAME).options(**datasource.source_options(self.storage_options))
+                .load(self.path(name)))
 
     def read_stream(
         self, name: str, max_records_per_batch: int | None = None, max_files_per_trigger: int | None = None,
@@ -145,16 +147,15 @@ class Warehouse(DeltaRsTables):
         from kraftlake.storage import datasource
 
         datasource.register(spark)
-        reader = spark.readStream.format(datasource.NAME)
+        reader = spark.readStream.format(datasource.NAME).options(**datasource.source_options(self.storage_options))
         if max_records_per_batch is not None:
             reader = reader.option("maxRecordsPerBatch", max_records_per_batch)
         if types is not None:
             reader = reader.option("typeIn", ",".join(types))
         if columns is not None:  # the source reads the columns of the schema it is given
-            from deltalake import DeltaTable
             from pyspark.sql.types import StructType
 
-            full = datasource.spark_schema(DeltaTable(self.path(name)))
+            full = datasource.spark_schema(self.table(name))
             reader = reader.schema(StructType([full[c] for c in columns]))
         return reader.load(self.path(name))
 

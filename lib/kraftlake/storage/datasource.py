@@ -35,12 +35,17 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from kraftlake.storage.deltars import column_max, dataset, nth_value_after, read_range, split_range
+from kraftlake.storage.deltars import (StorageOptions, column_max, dataset, nth_value_after, read_range,
+                                       split_range)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 NAME = "kraftlake_delta"
+# Options ``storage.<key>`` are delta-rs storage options (endpoint, credentials): they travel with the
+# pickled reader to the executors, which open the table themselves. Spark redacts option values whose
+# key looks secret (spark.redaction.regex) in plans and logs.
+STORAGE_OPTION = "storage."
 # A batch-read task gets about this many bytes of Parquet; a streaming task about this many rows
 # (a streaming task sorts its range in memory, so rows bound its memory).
 BATCH_PARTITION_BYTES = 128 << 20
@@ -49,6 +54,17 @@ STREAM_PARTITION_ROWS = 200_000
 
 def spark_schema(table: DeltaTable) -> StructType:
     return from_arrow_schema(pa.schema(table.schema().to_arrow()))
+
+
+def source_options(storage_options: StorageOptions) -> dict[str, str]:
+    """Storage options as this source's options (see ``STORAGE_OPTION``)."""
+    return {f"{STORAGE_OPTION}{k}": v for k, v in (storage_options or {}).items()}
+
+
+def _storage(options: Mapping[str, str]) -> StorageOptions:
+    # Spark hands data sources their options with lower-cased keys; object_store's keys are too
+    found = {k[len(STORAGE_OPTION):]: v for k, v in options.items() if k.lower().startswith(STORAGE_OPTION)}
+    return found or None
 
 
 def _to_spark_batches(batches: Iterable[pa.RecordBatch], schema: StructType) -> Iterator[pa.RecordBatch]:
@@ -78,12 +94,13 @@ class _Range(InputPartition):
 class _BatchReader(DataSourceReader):
     """A snapshot read: the version is pinned when partitions are planned, so tasks agree on the files."""
 
-    def __init__(self, path: str, schema: StructType) -> None:
+    def __init__(self, path: str, schema: StructType, storage: StorageOptions) -> None:
         self.path = path
         self.schema = schema
+        self.storage = storage
 
     def partitions(self) -> list[InputPartition]:
-        table = DeltaTable(self.path)
+        table = DeltaTable(self.path, storage_options=self.storage)
         actions = pa.table(table.get_add_actions())
         groups: list[list[str]] = []
         group_bytes = BATCH_PARTITION_BYTES
@@ -97,7 +114,7 @@ class _BatchReader(DataSourceReader):
         return [_Files(table.version(), paths) for paths in groups or [[]]]
 
     def read(self, partition: _Files) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        files = dataset(DeltaTable(self.path, version=partition.version), partition.paths)
+        files = dataset(DeltaTable(self.path, version=partition.version, storage_options=self.storage), partition.paths)
         scanner = files.scanner(columns=self.schema.fieldNames())
         return _to_spark_batches(scanner.to_batches(), self.schema)
 
@@ -112,19 +129,23 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, path: str, schema: StructType, options: Mapping[str, str]) -> None:
         self.path = path
         self.schema = schema
+        self.storage = _storage(options)
         self.column = options.get("offsetColumn", "offset")
         self.initial = int(options.get("startingOffset", 0)) - 1
         max_rows = options.get("maxRecordsPerBatch")
         self.max_rows = int(max_rows) if max_rows is not None else None
         if self.max_rows is not None and self.max_rows < 1:
             raise ValueError(f"maxRecordsPerBatch must be positive, got {self.max_rows}")
-        self.started_with = spark_schema(DeltaTable(path))
+        self.started_with = spark_schema(self._open())
         types = options.get("typeIn")
         # rows of other types never leave Python for Spark: a query that wants a few kinds of a long
         # log (the quorum's traffic) does not pay for converting the rest
         self.types = None if types is None else types.split(",")
         self.available_now = False
         self.target: int | None = None
+
+    def _open(self) -> DeltaTable:
+        return DeltaTable(self.path, storage_options=self.storage)
 
     def initialOffset(self) -> dict:
         return {"offset": self.initial}
@@ -138,7 +159,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Rows below an offset already returned were committed before any later schema change, so
         checking here (where offsets are handed out) is enough to never drop a new column's data.
         """
-        table = DeltaTable(self.path)
+        table = self._open()
         if spark_schema(table) != self.started_with:
             raise RuntimeError(
                 f"The schema of the Delta table {self.path} changed since this streaming query started; "
@@ -175,18 +196,18 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         lo, hi = start["offset"], end["offset"]
         if hi <= lo:
             return []
-        return [_Range(a, b) for a, b in split_range(DeltaTable(self.path), self.column, lo, hi, STREAM_PARTITION_ROWS)]
+        return [_Range(a, b) for a, b in split_range(self._open(), self.column, lo, hi, STREAM_PARTITION_ROWS)]
 
     def read(self, partition: _Range) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         """Reads the current version: any version holding ``hi`` holds exactly the same rows up to it."""
         where = None if self.types is None else pc.field("type").isin(self.types)
-        rows = read_range(DeltaTable(self.path), self.column, partition.lo, partition.hi, self.schema.fieldNames(),
+        rows = read_range(self._open(), self.column, partition.lo, partition.hi, self.schema.fieldNames(),
                           where)
         return _to_spark_batches(rows.to_batches(), self.schema)
 
 
 class KraftlakeDeltaSource(DataSource):
-    """Options: ``path`` (the table), and for streams ``maxRecordsPerBatch``, ``offsetColumn`` (default
+    """Options: ``path`` (the table), ``storage.<key>`` (delta-rs storage options), and for streams ``maxRecordsPerBatch``, ``offsetColumn`` (default
     ``offset``), ``startingOffset`` (first offset to read, default 0) and ``typeIn`` (only rows whose
     ``type`` is one of these, comma-separated)."""
 
@@ -201,10 +222,10 @@ class KraftlakeDeltaSource(DataSource):
         return path
 
     def schema(self) -> StructType:
-        return spark_schema(DeltaTable(self._path()))
+        return spark_schema(DeltaTable(self._path(), storage_options=_storage(self.options)))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return _BatchReader(self._path(), schema)
+        return _BatchReader(self._path(), schema, _storage(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return _StreamReader(self._path(), schema, self.options)

@@ -9,7 +9,7 @@ so a retried micro-batch is skipped instead of duplicated.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 from urllib.parse import urlparse
@@ -23,6 +23,9 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 ArrowData = Union[pa.Table, pa.RecordBatchReader, Iterable[pa.RecordBatch]]
 Txn = tuple[str, int]
+# delta-rs' storage options (object_store's keys: aws_endpoint_url, aws_access_key_id, ...), as given by
+# the ``kraftlake.storage.*`` settings; None for a local warehouse
+StorageOptions = Union[Mapping[str, str], None]
 
 # Marks the rows of an upsert's source that delete their key; never reaches the target table.
 _DELETE_FLAG = "__kraftlake_delete"
@@ -36,6 +39,40 @@ def normalize_root(root: str) -> str:
     if parsed.scheme == "":
         return os.path.abspath(root)
     return root.rstrip("/")
+
+
+def is_local(root: str) -> bool:
+    return urlparse(root).scheme in ("", "file")
+
+
+def _option(options: Mapping[str, str], *names: str) -> str | None:
+    """An object_store option by any of its names, whatever the case (delta-rs accepts both)."""
+    lowered = {k.lower(): v for k, v in options.items()}
+    return next((lowered[n] for n in names if n in lowered), None)
+
+
+def filesystem(uri: str, storage_options: StorageOptions = None) -> tuple[pafs.FileSystem, str]:
+    """A pyarrow filesystem and the path in it for a local path or a URI, for what delta-rs does not do
+    (listing the warehouse, a checkpoint's files). ``s3://`` and Hadoop's ``s3a://`` name the same
+    objects; they reach the endpoint with the credentials of delta-rs' storage options, so one set of
+    ``kraftlake.storage.*`` settings serves both."""
+    parsed = urlparse(uri)
+    if parsed.scheme in ("s3", "s3a"):
+        options = storage_options or {}
+        endpoint = _option(options, "aws_endpoint_url", "aws_endpoint", "endpoint_url", "endpoint")
+        s3 = pafs.S3FileSystem(
+            access_key=_option(options, "aws_access_key_id", "access_key_id"),
+            secret_key=_option(options, "aws_secret_access_key", "secret_access_key"),
+            session_token=_option(options, "aws_session_token", "session_token", "token"),
+            region=_option(options, "aws_region", "region") or "us-east-1",
+            endpoint_override=None if endpoint is None else urlparse(endpoint).netloc or endpoint,
+            scheme="http" if endpoint is not None and endpoint.startswith("http://") else "https")
+        return s3, f"{parsed.netloc}{parsed.path}".rstrip("/")
+    if parsed.scheme == "file":
+        return pafs.LocalFileSystem(), os.path.abspath(parsed.path)
+    if parsed.scheme == "":
+        return pafs.LocalFileSystem(), os.path.abspath(uri)
+    return pafs.FileSystem.from_uri(uri)
 
 
 @dataclass(frozen=True)
@@ -206,31 +243,36 @@ def _source_schema(schema: pa.Schema, keys: list[str], table: pa.Schema) -> pa.S
 
 
 class DeltaRsTables:
-    """A warehouse directory (local path or URI) of Delta tables, ``<root>/<name>``, written with delta-rs."""
+    """A warehouse directory (local path or URI) of Delta tables, ``<root>/<name>``, written with delta-rs.
 
-    def __init__(self, root: str) -> None:
+    ``storage_options`` (endpoint, credentials, ...) go to every delta-rs call on a non-local root;
+    a local one needs none, so they are dropped there.
+    """
+
+    def __init__(self, root: str, storage_options: StorageOptions = None) -> None:
         self.root = normalize_root(root)
+        self.storage_options = None if is_local(self.root) or not storage_options else dict(storage_options)
 
     def path(self, name: str) -> str:
         return f"{self.root}/{name}"
 
     def exists(self, name: str) -> bool:
-        return DeltaTable.is_deltatable(self.path(name))
+        return DeltaTable.is_deltatable(self.path(name), self.storage_options)
 
     def names(self) -> list[str]:
-        filesystem, base = pafs.FileSystem.from_uri(self.root)
-        entries = filesystem.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+        fs, base = filesystem(self.root, self.storage_options)
+        entries = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
         dirs = sorted(entry.base_name for entry in entries if entry.type == pafs.FileType.Directory)
         return [name for name in dirs if self.exists(name)]
 
     def table(self, name: str) -> DeltaTable:
-        return DeltaTable(self.path(name))
+        return DeltaTable(self.path(name), storage_options=self.storage_options)
 
     def version(self, name: str) -> int:
         return self.table(name).version()
 
     def create_if_missing(self, name: str, schema: pa.Schema) -> None:
-        DeltaTable.create(self.path(name), schema, mode="ignore")
+        DeltaTable.create(self.path(name), schema, mode="ignore", storage_options=self.storage_options)
 
     def txn_version(self, name: str, app_id: str) -> int | None:
         if not self.exists(name):
@@ -263,6 +305,7 @@ class DeltaRsTables:
             mode="append",
             schema_mode="merge",
             commit_properties=self._commit_properties(txn),
+            storage_options=self.storage_options,
         )
         return True
 

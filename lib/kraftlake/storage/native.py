@@ -39,7 +39,7 @@ class ConnectorMissing(RuntimeError):
     """The session cannot run the native engine."""
 
 
-def _class_loadable(spark: SparkSession, name: str) -> bool:
+def class_loadable(spark: SparkSession, name: str) -> bool:
     jvm = getattr(spark, "_jvm", None)
     if jvm is None:  # Spark Connect: no JVM here; the server's configured extension is all we can see.
         return True
@@ -54,7 +54,7 @@ def _class_loadable(spark: SparkSession, name: str) -> bool:
 def has_connector(spark: SparkSession) -> bool:
     """The Delta extension is configured and its classes load: both are needed for MERGE and txn ids."""
     extensions = [e.strip() for e in (spark.conf.get("spark.sql.extensions", "") or "").split(",")]
-    return EXTENSION in extensions and _class_loadable(spark, _PROBE_CLASS)
+    return EXTENSION in extensions and class_loadable(spark, _PROBE_CLASS)
 
 
 def require_connector(spark: SparkSession) -> None:
