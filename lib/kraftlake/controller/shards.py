@@ -18,14 +18,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping
 
+import numpy as np
+import pyarrow as pa
+
 from kraftlake.controller.cluster_control import ControllerState
 from kraftlake.controller.decisions import Context
 from kraftlake.controller.dispatch import handle_request, merge_responses
+from kraftlake.image import partition_changes
 from kraftlake.image.cluster_image import BrokerRegistration, ClusterImage, PartitionRegistration
+from kraftlake.image.partition_store import PartitionStore
 from kraftlake.image.replay import replay
 from kraftlake.metadata.errors import error_name
 from kraftlake.metadata.schemas import QUORUM_TRAFFIC, registry
-from kraftlake.metadata.tables import table_keys
+from kraftlake.metadata.tables import table_arrow_schema, table_keys
 
 # Records that concern one topic's partitions, by the topic's id; every other event is broadcast,
 # TopicRecord and RemoveTopicRecord included: every shard knows every topic's name (topic configs are
@@ -35,6 +40,11 @@ TOPIC_SCOPED = {"PartitionRecord": "TopicId", "PartitionChangeRecord": "TopicId"
 # quorum query's (``quorum_stream``), not the controller's.
 SKIPPED = frozenset({"NoOpRecord"}) | QUORUM_TRAFFIC
 MARKERS = frozenset({"EndTransactionRecord", "SnapshotFooterRecord"})
+# A run of at least this many simple PartitionChangeRecords is applied to the columns at once
+# (``image.partition_changes``); shorter ones one by one, where the fixed cost of a column pass would
+# outweigh the records.
+FAST_RUN = 32
+_FAST = object()  # ``latest_partitions``: the partition's state is in the columns, not an object
 
 
 def shard_of_topic(topic_id: str, shards: int) -> int:
@@ -60,6 +70,53 @@ class Output:
     offset: int
     seq: int  # order of rows produced by one event
     row: dict
+
+
+@dataclass(frozen=True)
+class Block:
+    """Rows of one table made column-wise (``rows_table``'s layout): what a run of records on the
+    columns produces, instead of an ``Output`` per row."""
+
+    table: str
+    rows: pa.Table
+    op = "block"
+
+    def outputs(self) -> list[Output]:
+        """The rows one by one, as the row-wise path would have made them (timestamps in ms)."""
+        names = [f.name for f in table_arrow_schema(self.table)]
+        table = self.rows
+        for name in names:
+            column = table.column(f"_{name}")
+            if pa.types.is_timestamp(column.type):
+                index = table.schema.get_field_index(f"_{name}")
+                table = table.set_column(index, f"_{name}", pa.array(column.cast(pa.int64()).to_numpy() // 1000))
+        meta = table.select(["op", "offset", "seq"]).to_pylist()
+        rows = table.select([f"_{n}" for n in names]).rename_columns(names).to_pylist()
+        return [Output(self.table, m["op"], m["offset"], m["seq"], r) for m, r in zip(meta, rows)]
+
+
+def rows_table(name: str, op: str, offsets: np.ndarray | list[int], seqs: np.ndarray | list[int],
+               columns: dict[str, pa.Array | list | np.ndarray]) -> pa.Table:
+    """Rows of table ``name`` as one Arrow table: ``op``, ``offset``, ``seq``, then the table's columns
+    (its schema, each name prefixed with ``_``; timestamps given in ms). The layout every column-wise
+    row takes to the sink."""
+    schema = table_arrow_schema(name)
+    arrays = [pa.array([op] * len(offsets), pa.string()), pa.array(offsets, pa.int64()), pa.array(seqs, pa.int32())]
+    for f in schema:
+        values = columns[f.name]
+        if pa.types.is_timestamp(f.type):
+            arrays.append(pa.array(np.asarray(values, np.int64) * 1000, pa.int64()).cast(f.type))
+        elif isinstance(values, pa.Array):
+            arrays.append(values.cast(f.type))
+        else:
+            arrays.append(pa.array(values, f.type))
+    meta = [pa.field("op", pa.string()), pa.field("offset", pa.int64()), pa.field("seq", pa.int32())]
+    return pa.Table.from_arrays(arrays, schema=pa.schema(meta + [f.with_name(f"_{f.name}") for f in schema]))
+
+
+def _lists(values: list[tuple], codes: np.ndarray, item: pa.DataType) -> pa.Array:
+    """A list column from codes into a tuple table (``PartitionStore.ints`` / ``dirs``)."""
+    return pa.array(values, pa.list_(item)).take(pa.array(codes, pa.int32()))
 
 
 @dataclass
@@ -142,12 +199,17 @@ def rejected_row(event: dict, reason: str, offset: int | None = None, type_: str
 
 class _Collector:
     def __init__(self) -> None:
-        self.rows: list[Output] = []
+        self.rows: list[Output | Block] = []
         self.seq = 0
 
     def add(self, table: str, op: str, offset: int, row: dict) -> None:
         self.rows.append(Output(table, op, offset, self.seq, row))
         self.seq += 1
+
+    def seqs(self, count: int) -> np.ndarray:
+        start = self.seq
+        self.seq += count
+        return np.arange(start, start + count, dtype=np.int32)
 
 
 def _topics_snapshot(image: ClusterImage) -> dict[str, tuple[str, int]]:
@@ -155,17 +217,13 @@ def _topics_snapshot(image: ClusterImage) -> dict[str, tuple[str, int]]:
 
 
 def _canonical_order(image: ClusterImage) -> None:
-    """Topics by id, partitions by index: the order an image has after the state store (``to_bytes``
-    sorts). Decisions that walk every topic (failover, unfencing, ElectLeaders over all topics) then
-    write their records and answers in one order, whether or not the image went through the state
-    store between micro-batches, so the tables do not depend on how the log was batched."""
+    """Topics by id (partitions always iterate by index): the order an image has after the state store
+    (``to_bytes`` sorts). Decisions that walk every topic (failover, unfencing, ElectLeaders over all
+    topics) then write their records and answers in one order, whether or not the image went through the
+    state store between micro-batches, so the tables do not depend on how the log was batched."""
     topics = sorted(image.topics.items())
     image.topics.clear()
     image.topics.update(topics)
-    for topic in image.topics.values():
-        partitions = sorted(topic.partitions.items())
-        topic.partitions.clear()
-        topic.partitions.update(partitions)
     names = sorted(image.topic_ids.items(), key=lambda item: item[1])
     image.topic_ids.clear()
     image.topic_ids.update(names)
@@ -220,6 +278,53 @@ class _Step:
             for before, after in result.broker_changes:
                 self.latest_brokers[(after or before).id] = (event, after)
 
+    def changes(self, changes: partition_changes.Changes) -> None:
+        """A run of simple PartitionChangeRecords (``partition_changes.is_simple``), in offset order: on
+        the columns at once where it is long enough and the partitions are there; every record the
+        columns cannot take (an unknown partition: a rejection) one by one, in its place."""
+        image = self.image
+        self.state.last_offset = int(changes.offsets[-1])
+        if len(changes) < FAST_RUN or image.pending_kind is not None:  # held records are buffered by replay
+            for i in range(len(changes)):
+                self.event(changes.event(i))
+            return
+        image.store.flush()
+        rows = partition_changes.rows_of(image, changes)
+        self.state.in_term = False  # records another controller wrote: its term, not ours
+        start = 0
+        for stop in np.flatnonzero(rows < 0).tolist() + [len(changes)]:
+            if stop > start:
+                self._on_columns(changes.take(np.arange(start, stop)), rows[start:stop])
+            if stop < len(changes):
+                self.event(changes.event(stop))
+            start = stop + 1
+
+    def _on_columns(self, changes: partition_changes.Changes, rows: np.ndarray) -> None:
+        applied = partition_changes.apply(self.image, changes, rows)
+        store, n = self.image.store, len(changes)
+        names = [self.names.get(t, "") for t in changes.topic_ids]
+        cols = store.cols
+        ints = store.ints.values
+        replicas = _lists(ints, cols["replicas"][rows], pa.int32())
+        offsets = changes.offsets
+        self.out.rows.append(Block("partition_history", rows_table(
+            "partition_history", "append", offsets, self.out.seqs(n), {
+                "offset": offsets, "timestamp": changes.timestamps, "applied_offset": offsets,
+                "cause": pa.array(["PartitionChangeRecord"] * n), "change": pa.array(["change"] * n),
+                "topic": names, "topic_id": changes.topic_ids, "partition": changes.partitions,
+                "leader_before": applied.leader[0], "leader": applied.leader[1],
+                "isr_before": _lists(ints, applied.isr[0], pa.int32()), "isr": _lists(ints, applied.isr[1], pa.int32()),
+                "replicas_before": replicas, "replicas": replicas,
+                "leader_epoch_before": applied.leader_epoch[0], "leader_epoch": applied.leader_epoch[1],
+                "partition_epoch_before": applied.partition_epoch[0], "partition_epoch": applied.partition_epoch[1],
+                "adding_replicas": _lists(ints, cols["adding_replicas"][rows], pa.int32()),
+                "removing_replicas": _lists(ints, cols["removing_replicas"][rows], pa.int32()),
+                "elr": _lists(ints, cols["elr"][rows], pa.int32()), "leader_recovery_state": applied.recovery})))
+        latest = self.latest_partitions
+        for topic_id, partition, offset, name in zip(changes.topic_ids, changes.partitions.tolist(),
+                                                     offsets.tolist(), names):
+            latest[(topic_id, partition)] = (offset, name, _FAST)
+
     def request(self, request: dict) -> None:
         """Decide a request as Kafka's controller would: first fence the brokers whose sessions expired
         by the request's event time, then a leader-imbalance check if one is due, then the decision;
@@ -263,11 +368,16 @@ class _Step:
     def finish(self, topics_before: dict, configs_before: dict) -> list[Output]:
         out, image, shard = self.out, self.image, self.shard
         # state tables need only each key's last state of the step: one row per key, not one per event
-        for (topic_id, partition_id), (offset, topic, after) in self.latest_partitions.items():
-            if after is None:
-                out.add("partitions", "delete", offset, {"topic_id": topic_id, "partition": partition_id})
+        on_columns = []
+        for key, (offset, topic, after) in self.latest_partitions.items():
+            if after is _FAST:
+                on_columns.append((key, offset, topic))
+            elif after is None:
+                out.add("partitions", "delete", offset, {"topic_id": key[0], "partition": key[1]})
             else:
                 out.add("partitions", "upsert", offset, partition_row(topic, after))
+        if on_columns:
+            out.rows.append(Block("partitions", _partition_rows(image, on_columns, out.seqs(len(on_columns)))))
         for broker_id, (event, after) in self.latest_brokers.items():
             if after is None:
                 out.add("brokers", "delete", event["offset"], {"broker_id": broker_id})
@@ -296,23 +406,43 @@ class _Step:
 
 
 def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
-         config: Mapping[str, str] | None = None) -> list[Output]:
+         config: Mapping[str, str] | None = None, columns: bool = True,
+         changes: partition_changes.Changes | None = None) -> list[Output | Block]:
     """Replay this shard's records and decide its requests, in offset order; the warehouse's rows.
 
     Events at or below the state's last offset were applied already (a micro-batch that Spark
     re-runs after a failure) and are skipped, which keeps the step idempotent on its own.
     ``config`` holds the Kafka configs decisions read (``broker.session.timeout.ms``, ...).
+    ``changes`` are simple PartitionChangeRecords already in columns (the streaming job reads them so,
+    without a dict per record), in offset order, beside ``events``; without them the simple records of
+    ``events`` are picked out. ``columns=False`` replays every record one by one (the reference the
+    column-wise runs are tested against).
     """
     with gc_paused():
         image = state.image
         topics_before = _topics_snapshot(image)
         configs_before = {k: dict(v) for k, v in image.configs.items()} if shard == 0 else {}
         work = _Step(shard, shards, state, config or {})
-        for event in sorted(events, key=lambda e: e["offset"]):
-            if event["offset"] <= state.last_offset:
-                continue
-            state.last_offset = event["offset"]
-            work.event(event)
+        events = sorted((e for e in events if e["offset"] > state.last_offset), key=lambda e: e["offset"])
+        if columns and changes is None:
+            simple = [e["type"] == "PartitionChangeRecord" and partition_changes.is_simple(e["data"]) for e in events]
+            changes = partition_changes.Changes.of_events([e for e, s in zip(events, simple) if s])
+            events = [e for e, s in zip(events, simple) if not s]
+        elif not columns and changes is not None:
+            events = sorted(events + [changes.event(i) for i in range(len(changes))], key=lambda e: e["offset"])
+            changes = None
+        if changes is not None:
+            changes = changes.take(np.flatnonzero(changes.offsets > state.last_offset))
+            # each dict event's place among the column records: those before it are one run
+            cuts = np.searchsorted(changes.offsets, [e["offset"] for e in events]).tolist() + [len(changes)]
+        start = 0
+        for i, event in enumerate(events + [None]):
+            if changes is not None and cuts[i] > start:
+                work.changes(changes.take(np.arange(start, cuts[i])))
+                start = cuts[i]
+            if event is not None:
+                state.last_offset = event["offset"]
+                work.event(event)
         return work.finish(topics_before, configs_before)
 
 
@@ -329,6 +459,22 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _partition_rows(image: ClusterImage, entries: list[tuple[tuple[str, int], int, str]], seqs: np.ndarray) -> pa.Table:
+    """``partitions`` upserts, from the columns, of partitions last changed by a column-wise run."""
+    store: PartitionStore = image.store
+    store.flush()
+    rows = np.fromiter((image.topics[topic_id].partitions.rows[partition] for (topic_id, partition), _, _ in entries),
+                       np.int64, len(entries))
+    cols, ints = store.cols, store.ints.values
+    return rows_table("partitions", "upsert", [offset for _, offset, _ in entries], seqs, {
+        "topic": [topic for _, _, topic in entries], "topic_id": [key[0] for key, _, _ in entries],
+        "partition": cols["partition_id"][rows], **{name: _lists(ints, cols[name][rows], pa.int32()) for name in (
+            "replicas", "isr", "adding_replicas", "removing_replicas", "elr", "last_known_elr")},
+        "directories": _lists(store.dirs.values, cols["directories"][rows], pa.string()),
+        **{name: cols[name][rows] for name in ("leader", "leader_epoch", "partition_epoch", "leader_recovery_state",
+                                               "last_offset", "last_timestamp")}})
 
 
 def response_row(request: dict, response: dict) -> dict:
@@ -354,9 +500,20 @@ def merged_responses(outputs: Iterable[Output]) -> list[dict]:
     return rows
 
 
-def apply_outputs(tables: dict[str, dict], outputs: Iterable[Output]) -> None:
+def expand(outputs: Iterable[Output | Block]) -> list[Output]:
+    """Blocks as the rows they hold, for code that goes row by row."""
+    rows: list[Output] = []
+    for o in outputs:
+        if isinstance(o, Block):
+            rows.extend(o.outputs())
+        else:
+            rows.append(o)
+    return rows
+
+
+def apply_outputs(tables: dict[str, dict], outputs: Iterable[Output | Block]) -> None:
     """Fold outputs into in-memory tables (keyed rows for state, lists for appends), in order."""
-    outputs = list(outputs)
+    outputs = expand(outputs)
     responses = merged_responses(outputs)
     if responses:
         tables.setdefault("responses", []).extend(responses)
@@ -374,7 +531,7 @@ def apply_outputs(tables: dict[str, dict], outputs: Iterable[Output]) -> None:
             rows[key] = o.row
 
 
-def replay_log(events: Iterable[dict], shards: int, config: Mapping[str, str] | None = None
+def replay_log(events: Iterable[dict], shards: int, config: Mapping[str, str] | None = None, columns: bool = True
                ) -> tuple[dict[str, dict | list], list[ShardState]]:
     """The whole pipeline in-process: route, step every shard, fold the outputs into tables."""
     states = [ShardState(ClusterImage()) for _ in range(shards)]
@@ -385,7 +542,7 @@ def replay_log(events: Iterable[dict], shards: int, config: Mapping[str, str] | 
     tables: dict[str, dict | list] = {}
     outputs: list[Output] = []
     for shard in range(shards):
-        outputs.extend(step(shard, shards, states[shard], per_shard[shard], config))
+        outputs.extend(step(shard, shards, states[shard], per_shard[shard], config, columns))
     apply_outputs(tables, outputs)
     return tables, states
 

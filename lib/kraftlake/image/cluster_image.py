@@ -20,7 +20,10 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterator, NamedTuple
 
+from kraftlake.image.partition_store import PartitionMap, PartitionRegistration, PartitionStore
 from kraftlake.metadata import uuids
+
+__all__ = ["PartitionRegistration"]  # defined with the columns that hold it, re-exported here
 
 # Kafka's reserved directory ids (``DirectoryId``): MIGRATING marks a replica whose directory was never
 # recorded (pre-JBOD metadata), UNASSIGNED a new replica not yet placed in a directory.
@@ -31,7 +34,8 @@ NO_LEADER = -1
 NO_LEADER_CHANGE = -2  # PartitionChangeRecord.Leader default: "leader unchanged"
 
 # The first element of every serialised image; bump it when the layout below changes.
-_FORMAT = 1
+_FORMAT = 2
+_MAGIC = b"KLI2"  # format 2 and later: the JSON document, then the partition columns
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -80,30 +84,13 @@ class ControllerRegistration:
     supported_features: tuple[SupportedFeature, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionRegistration:
-    topic_id: str
-    partition_id: int
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-    removing_replicas: tuple[int, ...]
-    adding_replicas: tuple[int, ...]
-    leader: int
-    leader_recovery_state: int  # 0 RECOVERED, 1 RECOVERING
-    leader_epoch: int
-    partition_epoch: int
-    elr: tuple[int, ...]
-    last_known_elr: tuple[int, ...]
-    directories: tuple[str, ...]  # one per replica, same order
-    last_offset: int  # log offset of the record that last changed this partition
-    last_timestamp: int  # its event time, ms
-
-
 @dataclass(slots=True)
 class TopicImage:
+    """A topic and its partitions by id (``ClusterImage.add_topic`` makes them, over the image's columns)."""
+
     name: str
     id: str
-    partitions: dict[int, PartitionRegistration] = field(default_factory=dict)
+    partitions: PartitionMap
 
 
 class Acl(NamedTuple):
@@ -188,6 +175,21 @@ class ClusterImage:
     # reaches its footer ("snapshot"); None when nothing is open.
     pending_kind: str | None = None
     pending_events: list[dict] = field(default_factory=list)
+    # Where the partitions of ``topics`` live (``TopicImage.partitions`` is a view of it): not part of
+    # the image's value, so two images with equal partitions are equal however their rows lie.
+    store: PartitionStore = field(default_factory=PartitionStore, compare=False, repr=False)
+
+    def add_topic(self, name: str, topic_id: str) -> TopicImage:
+        topic = self.topics[topic_id] = TopicImage(name, topic_id, self.store.new_map(topic_id))
+        self.topic_ids[name] = topic_id
+        return topic
+
+    def remove_topic(self, topic_id: str) -> TopicImage | None:
+        topic = self.topics.pop(topic_id, None)
+        if topic is not None:
+            del self.topic_ids[topic.name]
+            self.store.drop(topic_id)
+        return topic
 
     def partition(self, topic_id: str, partition_id: int) -> PartitionRegistration | None:
         topic = self.topics.get(topic_id)
@@ -199,10 +201,11 @@ class ClusterImage:
 
     def copy(self) -> ClusterImage:
         """An independent image: registrations are immutable, so only containers are copied."""
+        store = self.store.copy()
         return ClusterImage(
             brokers=dict(self.brokers),
             controllers=dict(self.controllers),
-            topics={tid: TopicImage(t.name, t.id, dict(t.partitions)) for tid, t in self.topics.items()},
+            topics={tid: TopicImage(t.name, t.id, store.maps[tid]) for tid, t in self.topics.items()},
             topic_ids=dict(self.topic_ids),
             configs={key: dict(values) for key, values in self.configs.items()},
             features=dict(self.features),
@@ -215,6 +218,7 @@ class ClusterImage:
             quorum=self.quorum,
             pending_kind=self.pending_kind,
             pending_events=list(self.pending_events),
+            store=store,
         )
 
     def take_metadata_from(self, other: ClusterImage) -> None:
@@ -228,20 +232,19 @@ class ClusterImage:
                 setattr(self, f.name, getattr(other, f.name))
 
     def to_bytes(self) -> bytes:
-        """zlib-compressed JSON of plain lists, every collection in sorted order.
+        """zlib-compressed JSON of plain lists, every collection in sorted order, then the partitions'
+        columns (``PartitionStore.to_bytes``).
 
         JSON rather than pickle because pickle's output depends on object identity (its memo), so
         two equal images could serialise differently; sorted order makes equal images give equal
         bytes, which lets the streaming job compare state cheaply.
         """
+        topic_ids = sorted(self.topics)
         doc = [
             _FORMAT,
             [_broker_row(b) for _, b in sorted(self.brokers.items())],
             [_controller_row(c) for _, c in sorted(self.controllers.items())],
-            [
-                [t.id, t.name, [_partition_row(p) for _, p in sorted(t.partitions.items())]]
-                for _, t in sorted(self.topics.items())
-            ],
+            [[tid, self.topics[tid].name] for tid in topic_ids],
             [[rtype, rname, sorted(values.items())] for (rtype, rname), values in sorted(self.configs.items())],
             sorted(self.features.items()),
             self.next_producer_id,
@@ -261,13 +264,20 @@ class ClusterImage:
             self.pending_events,
         ]
         text = json.dumps(doc, separators=(",", ":"), ensure_ascii=False, default=_encode_bytes)
-        return zlib.compress(text.encode("utf-8"), 1)  # level 6: 20% smaller, 5x slower (ADR 0004)
+        head = zlib.compress(text.encode("utf-8"), 1)  # level 6: 20% smaller, 5x slower (ADR 0004)
+        return _MAGIC + len(head).to_bytes(4, "big") + head + self.store.to_bytes(topic_ids)
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> ClusterImage:
-        doc = json.loads(zlib.decompress(raw).decode("utf-8"), object_hook=_decode_bytes)
-        if doc[0] != _FORMAT:
-            raise ValueError(f"unknown image format {doc[0]!r}, this code reads format {_FORMAT}")
+        """Format 2, or format 1 (an older release's state: partitions as JSON rows)."""
+        if raw[:4] == _MAGIC:
+            size = int.from_bytes(raw[4:8], "big")
+            doc, columns = zlib.decompress(raw[8:8 + size]), raw[8 + size:]
+        else:
+            doc, columns = zlib.decompress(raw), None
+        doc = json.loads(doc.decode("utf-8"), object_hook=_decode_bytes)
+        if doc[0] not in (1, _FORMAT) or (doc[0] == _FORMAT) != (columns is not None):
+            raise ValueError(f"unknown image format {doc[0]!r}, this code reads formats 1 and {_FORMAT}")
         (_, brokers, controllers, topics, configs, features, next_producer_id, acls, quotas,
          scram, tokens, zk_state, quorum, pending_kind, pending_events) = doc
         image = cls(
@@ -293,11 +303,16 @@ class ClusterImage:
             pending_kind=pending_kind,
             pending_events=pending_events,
         )
+        if columns is not None:
+            image.store = PartitionStore.from_bytes(columns, [topic_id for topic_id, _ in topics])
+            for topic_id, name in topics:
+                image.topics[topic_id] = TopicImage(name, topic_id, image.store.maps[topic_id])
+                image.topic_ids[name] = topic_id
+            return image
         for topic_id, name, partitions in topics:
-            image.topics[topic_id] = TopicImage(
-                name, topic_id, {row[0]: _partition_from_row(topic_id, row) for row in partitions}
-            )
-            image.topic_ids[name] = topic_id
+            topic = image.add_topic(name, topic_id)
+            for row in partitions:
+                topic.partitions[row[0]] = _partition_from_row(topic_id, row)
         return image
 
 
@@ -367,14 +382,8 @@ def _controller_from_row(row: list) -> ControllerRegistration:
                                   _features_from_row(features))
 
 
-def _partition_row(p: PartitionRegistration) -> list:
-    # The topic id is the enclosing topic's; replicas and directories are stored as they are.
-    return [p.partition_id, p.replicas, p.isr, p.removing_replicas, p.adding_replicas, p.leader,
-            p.leader_recovery_state, p.leader_epoch, p.partition_epoch, p.elr, p.last_known_elr,
-            p.directories, p.last_offset, p.last_timestamp]
-
-
 def _partition_from_row(topic_id: str, row: list) -> PartitionRegistration:
+    """A partition of a format-1 image."""
     (pid, replicas, isr, removing, adding, leader, lrs, leader_epoch, partition_epoch, elr,
      last_known_elr, directories, last_offset, last_timestamp) = row
     return PartitionRegistration(

@@ -9,7 +9,7 @@ duplicate topic name and an unknown topic id instead of failing later).
 from __future__ import annotations
 
 from kraftlake.image.cluster_image import (CONFIG_TOPIC, DIR_MIGRATING, DIR_UNASSIGNED, NO_LEADER_CHANGE, ClusterImage,
-    PartitionRegistration, ReplayResult, TopicImage, normalize_uuid)
+    PartitionRegistration, ReplayResult, normalize_uuid)
 
 _LEADER_RECOVERY_STATES = (0, 1)  # RECOVERED, RECOVERING
 _LRS_NO_CHANGE = -1
@@ -31,20 +31,20 @@ def replay_topic(image: ClusterImage, event: dict) -> ReplayResult:
         return ReplayResult(rejected=f"topic {name!r} already exists with id {image.topic_ids[name]}")
     if topic_id in image.topics:
         return ReplayResult(rejected=f"topic id {topic_id} already belongs to {image.topics[topic_id].name!r}")
-    image.topics[topic_id] = TopicImage(name, topic_id)
-    image.topic_ids[name] = topic_id
+    image.add_topic(name, topic_id)
     return ReplayResult()
 
 
 def replay_remove_topic(image: ClusterImage, event: dict) -> ReplayResult:
     """Drops the topic, its partitions and its topic configs (MetadataDelta does all three)."""
     topic_id = normalize_uuid(event["data"]["TopicId"])
-    topic = image.topics.pop(topic_id, None)
+    topic = image.topics.get(topic_id)
     if topic is None:
         return ReplayResult(rejected=f"no topic with id {topic_id} to remove")
-    del image.topic_ids[topic.name]
+    removed = [(p, None) for p in topic.partitions.values()]  # made before its columns go
+    image.remove_topic(topic_id)
     image.configs.pop((CONFIG_TOPIC, topic.name), None)
-    return ReplayResult(partition_changes=[(p, None) for _, p in sorted(topic.partitions.items())])
+    return ReplayResult(partition_changes=removed)
 
 
 def replay_partition(image: ClusterImage, event: dict) -> ReplayResult:

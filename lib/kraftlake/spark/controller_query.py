@@ -22,8 +22,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kraftlake.codec.events import json_bytes
-from kraftlake.controller.shards import (SKIPPED, TOPIC_SCOPED, Output, ShardState, gc_paused, merged_responses,
-    step)
+from kraftlake.controller.shards import (SKIPPED, TOPIC_SCOPED, Block, Output, ShardState, gc_paused,
+                                        merged_responses, rows_table, step)
+from kraftlake.image.cluster_image import normalize_uuid
+from kraftlake.image.partition_changes import Changes
 from kraftlake.metadata.config import defaults
 from kraftlake.metadata.progress import Meter
 from kraftlake.metadata.schemas import StructSpec, registry
@@ -86,12 +88,6 @@ def _with_nulls(spec: StructSpec, data: dict) -> dict:
     return out
 
 
-def event_from_row(row: dict) -> dict:
-    """A routed ``metadata_log`` row (payload as JSON) back into an event dict (ADR 0001)."""
-    return _event(row["offset"], row["leader_epoch"], row["ts"], row["type"], row["version"], row["payload"],
-                  row["source"], row["position"])
-
-
 def _event(offset: Any, leader_epoch: Any, ts: Any, type_: str, version: Any, payload: str | None,
            source: Any, position: Any) -> dict:
     data = json.loads(payload) if payload else {}
@@ -102,15 +98,45 @@ def _event(offset: Any, leader_epoch: Any, ts: Any, type_: str, version: Any, pa
 
 
 ROUTED_COLUMNS = ("offset", "leader_epoch", "ts", "type", "version", "payload", "source", "position")
+# A simple PartitionChangeRecord (``partition_changes.is_simple``) crosses the shuffle as these columns and
+# no JSON payload, and reaches the shard step as ``Changes`` columns: no JSON, no dict per record.
+CHANGE_COLUMNS = {"c_topic": "TopicId", "c_partition": "PartitionId", "c_leader": "Leader", "c_isr": "Isr",
+                  "c_recovery": "LeaderRecoveryState"}
 
 
-def events_of_frames(frames: Iterator[Any]) -> list[dict]:
-    """The events of a shard's routed pandas frames, column by column (no per-row Series or dict)."""
-    return [_event(*values) for frame in frames for values in zip(*(frame[c].tolist() for c in ROUTED_COLUMNS))]
+def events_of_frames(frames: Iterator[Any]) -> tuple[list[dict], Changes | None]:
+    """The events of a shard's routed pandas frames, column by column (no per-row Series or dict), and
+    the simple PartitionChangeRecords among them as ``Changes``."""
+    events: list[dict] = []
+    parts: list[Changes] = []
+    for frame in frames:
+        simple = frame["payload"].isna() & (frame["type"] == "PartitionChangeRecord")
+        if simple.any():
+            parts.append(_changes(frame[simple]))
+            frame = frame[~simple]
+        events.extend(_event(*values) for values in zip(*(frame[c].tolist() for c in ROUTED_COLUMNS)))
+    return events, (Changes.concat(parts) if parts else None)
+
+
+def _changes(frame: Any) -> Changes:
+    import numpy as np
+
+    def ints(column: str, dtype: Any = np.int32) -> Any:
+        return frame[column].to_numpy().astype(dtype)
+
+    def optional(values: list) -> list:
+        return [None if v is None or v != v else v for v in values]  # NaN: null
+
+    return Changes(ints("offset", np.int64), ints("ts", np.int64), ints("leader_epoch"), ints("version"),
+                   [s if isinstance(s, str) else None for s in frame["source"].tolist()],
+                   [None if p is None else int(p) for p in optional(frame["position"].tolist())],
+                   [normalize_uuid(t) for t in frame["c_topic"].tolist()], ints("c_partition"), ints("c_leader"),
+                   [None if v is None else tuple(v.tolist()) for v in frame["c_isr"].tolist()], ints("c_recovery"))
 
 
 def routed_events(spark_df: Any, shards: int) -> Any:
-    """Each event once per shard it goes to, its payload as JSON; NoOpRecords dropped before the shuffle."""
+    """Each event once per shard it goes to, its payload as JSON (a simple PartitionChangeRecord's as
+    ``CHANGE_COLUMNS``); NoOpRecords dropped before the shuffle."""
     from pyspark.sql import functions as F
 
     present = set(spark_df.columns)
@@ -120,6 +146,13 @@ def routed_events(spark_df: Any, shards: int) -> Any:
     options = {"ignoreNullFields": "false"}
     payload = F.coalesce(*[F.to_json(F.col(c), options) for c in payload_columns]) if payload_columns \
         else F.lit(None).cast("string")
+    change = F.col("PartitionChangeRecord")
+    simple = (F.col("type") == "PartitionChangeRecord") & change.Replicas.isNull() & change.RemovingReplicas.isNull() \
+        & change.AddingReplicas.isNull() & change.EligibleLeaderReplicas.isNull() & change.LastKnownElr.isNull() \
+        & (change.Directories.isNull() | (F.size(change.Directories) == 0)) \
+        & change.LeaderRecoveryState.isin(-1, 0, 1) if "PartitionChangeRecord" in present else F.lit(False)
+    columns = [F.when(simple, change[field]).alias(name) if "PartitionChangeRecord" in present
+               else F.lit(None).alias(name) for name, field in CHANGE_COLUMNS.items()]
     topic_ids = [F.col(f"{t}.{key}") for t, key in TOPIC_SCOPED.items() if t in present]
     topic_id = F.coalesce(*topic_ids) if topic_ids else F.lit(None).cast("string")
     one_shard = F.array(F.pmod(F.crc32(F.encode(topic_id, "UTF-8")), F.lit(shards)).cast("int"))
@@ -127,8 +160,9 @@ def routed_events(spark_df: Any, shards: int) -> Any:
     targets = F.when(F.col("type").isin(*TOPIC_SCOPED), one_shard).otherwise(every_shard)
     return (spark_df.where(~F.col("type").isin(*SKIPPED))
             .select(F.explode(targets).alias("shard"), "offset", "leader_epoch",
-                    F.unix_millis("timestamp").alias("ts"), "type", "version", payload.alias("payload"),
-                    "source", "position"))
+                    F.unix_millis("timestamp").alias("ts"), "type", "version",
+                    F.when(simple, F.lit(None).cast("string")).otherwise(payload).alias("payload"),
+                    "source", "position", *columns))
 
 
 def shard_function(shards: int, kafka_config: Mapping[str, str]):
@@ -139,7 +173,8 @@ def shard_function(shards: int, kafka_config: Mapping[str, str]):
         shard = int(key[0])
         with gc_paused():
             current = _load_state(shard, state.get[0] if state.exists else None)
-            outputs = step(shard, shards, current, events_of_frames(frames), config)
+            events, changes = events_of_frames(frames)
+            outputs = step(shard, shards, current, events, config, changes=changes)
             _save_state(shard, current, state)
             frame = outputs_frame(outputs)
         yield frame
@@ -173,7 +208,7 @@ def _load_state(shard: int, raw: bytes | None) -> ShardState:
     return ShardState.from_bytes(raw)
 
 
-def outputs_frame(outputs: list[Output]) -> Any:
+def outputs_frame(outputs: list[Output | Block]) -> Any:
     """A shard's outputs as one pandas frame of ``OUTPUT_SCHEMA``: the rows of each of ``TYPED_TABLES``
     as one Arrow IPC stream (one frame row), every other row (and the deletes' keys) as JSON.
 
@@ -182,37 +217,35 @@ def outputs_frame(outputs: list[Output]) -> Any:
     import pandas as pd
 
     groups: dict[str, list[Output]] = {name: [] for name in TYPED_TABLES}
+    blocks: dict[str, list[pa.Table]] = {name: [] for name in TYPED_TABLES}
     other: list[Output] = []
     for o in outputs:
-        (groups[o.table] if o.op != "delete" and o.table in groups else other).append(o)
+        if isinstance(o, Block):
+            blocks[o.table].append(o.rows)
+        else:
+            (groups[o.table] if o.op != "delete" and o.table in groups else other).append(o)
     frame: dict[str, list] = {"table": [], "op": [], "offset": [], "seq": [], "row": [], "rows": []}
     for o in other:
         for column, value in zip(frame.values(), (o.table, o.op, o.offset, o.seq,
                                                    json.dumps(o.row, default=json_bytes), None)):
             column.append(value)
-    for name, group in groups.items():
-        if group:
-            for column, value in zip(frame.values(), (name, ARROW_OP, -1, 0, None, _ipc(typed_table(name, group)))):
+    for name in TYPED_TABLES:
+        parts = blocks[name] + ([typed_table(name, groups[name])] if groups[name] else [])
+        if parts:
+            for column, value in zip(frame.values(), (name, ARROW_OP, -1, 0, None, _ipc(pa.concat_tables(parts)))):
                 column.append(value)
     return pd.DataFrame({**frame, "offset": pd.Series(frame["offset"], dtype="int64"),
                          "seq": pd.Series(frame["seq"], dtype="int32")})
 
 
 def typed_table(name: str, outputs: list[Output]) -> pa.Table:
-    """Outputs of one table as Arrow: ``op``, ``offset``, ``seq``, then the table's columns (its
-    schema; timestamps from the rows' ms)."""
+    """Outputs of one table as Arrow, in ``rows_table``'s layout (one op per call: the outputs' first)."""
     schema = table_arrow_schema(name)
     rows = [o.row for o in outputs]
     transposed = zip(*map(operator.itemgetter(*schema.names), rows))
-    columns = [pa.array([o.op for o in outputs], pa.string()), pa.array([o.offset for o in outputs], pa.int64()),
-               pa.array([o.seq for o in outputs], pa.int32())]
-    for f, values in zip(schema, transposed):
-        if pa.types.is_timestamp(f.type):
-            columns.append(pc.multiply(pa.array(values, pa.int64()), 1000).cast(f.type))
-        else:
-            columns.append(pa.array(values, f.type))
-    meta = [pa.field("op", pa.string()), pa.field("offset", pa.int64()), pa.field("seq", pa.int32())]
-    return pa.Table.from_arrays(columns, schema=pa.schema(meta + [f.with_name(f"_{f.name}") for f in schema]))
+    table = rows_table(name, "", [o.offset for o in outputs], [o.seq for o in outputs],
+                       dict(zip(schema.names, transposed)))
+    return table.set_column(0, "op", pa.array([o.op for o in outputs], pa.string()))
 
 
 def _ipc(table: pa.Table) -> bytes:

@@ -1,0 +1,176 @@
+"""Runs of PartitionChangeRecords applied to the partition columns at once.
+
+Most of a metadata log is PartitionChangeRecords that move a leader or change an ISR and nothing else. Applied
+one by one (``partitions.merge``), each costs a dict, a registration and a history row; applied to the
+columns of a ``PartitionStore`` as a run, they cost a few numpy operations for the whole run. The rule is
+``merge``'s, restricted to the records it covers (``is_simple``): the ISR and the leader recovery state are
+replaced when given, a leader other than -2 is taken with a new leader epoch, every record is a new
+partition epoch. Anything else -- another field set, a partition the columns do not hold -- is left to
+``merge`` by the caller, and tests hold both paths equal on generated logs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kraftlake.image.cluster_image import NO_LEADER_CHANGE, ClusterImage, normalize_uuid
+
+# Fields a simple record leaves unset (null lists; Directories null or empty, LeaderRecoveryState -1/0/1).
+_UNSET = ("Replicas", "RemovingReplicas", "AddingReplicas", "EligibleLeaderReplicas", "LastKnownElr")
+_LRS_NO_CHANGE = -1
+
+
+def is_simple(data: dict) -> bool:
+    """A PartitionChangeRecord whose only changes are the ISR, the leader and the leader recovery state."""
+    return (data["Replicas"] is None and data["RemovingReplicas"] is None and data["AddingReplicas"] is None
+            and data["EligibleLeaderReplicas"] is None and data["LastKnownElr"] is None and not data["Directories"]
+            and data["LeaderRecoveryState"] in (-1, 0, 1))
+
+
+@dataclass
+class Changes:
+    """Simple PartitionChangeRecords in offset order, as columns (with what a rejection row names)."""
+
+    offsets: np.ndarray  # int64
+    timestamps: np.ndarray  # int64, ms
+    leader_epochs: np.ndarray  # int32, the log's
+    versions: np.ndarray  # int32
+    sources: list[str | None]
+    positions: list[int | None]
+    topic_ids: list[str]  # normalised
+    partitions: np.ndarray  # int32
+    leaders: np.ndarray  # int32, -2: unchanged
+    isrs: list[tuple[int, ...] | None]  # None: unchanged
+    recovery: np.ndarray  # int32 LeaderRecoveryState, -1: unchanged
+
+    @classmethod
+    def of_events(cls, events: list[dict]) -> Changes:
+        n = len(events)
+        data = [e["data"] for e in events]
+        return cls(np.fromiter((e["offset"] for e in events), np.int64, n),
+                   np.fromiter((e["timestamp"] for e in events), np.int64, n),
+                   np.fromiter((e["leader_epoch"] for e in events), np.int32, n),
+                   np.fromiter((e["version"] for e in events), np.int32, n),
+                   [e.get("source") for e in events], [e.get("position") for e in events],
+                   [normalize_uuid(d["TopicId"]) for d in data],
+                   np.fromiter((d["PartitionId"] for d in data), np.int32, n),
+                   np.fromiter((d["Leader"] for d in data), np.int32, n),
+                   [None if d["Isr"] is None else tuple(d["Isr"]) for d in data],
+                   np.fromiter((d["LeaderRecoveryState"] for d in data), np.int32, n))
+
+    @classmethod
+    def concat(cls, parts: list[Changes]) -> Changes:
+        """The records of ``parts`` in one, sorted by offset (parts may come in any order)."""
+        merged = cls(*(np.concatenate([getattr(p, f) for p in parts]) if isinstance(getattr(parts[0], f), np.ndarray)
+                       else [v for p in parts for v in getattr(p, f)] for f in cls.__dataclass_fields__))
+        return merged.take(np.argsort(merged.offsets, kind="stable"))
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def take(self, index: np.ndarray) -> Changes:
+        picked = index.tolist()
+        return Changes(self.offsets[index], self.timestamps[index], self.leader_epochs[index], self.versions[index],
+                       [self.sources[i] for i in picked], [self.positions[i] for i in picked],
+                       [self.topic_ids[i] for i in picked], self.partitions[index], self.leaders[index],
+                       [self.isrs[i] for i in picked], self.recovery[index])
+
+    def event(self, i: int) -> dict:
+        """Record ``i`` as the event dict replay takes (for the records the columns leave to ``merge``)."""
+        isr = self.isrs[i]
+        return {"offset": int(self.offsets[i]), "leader_epoch": int(self.leader_epochs[i]),
+                "timestamp": int(self.timestamps[i]), "type": "PartitionChangeRecord", "version": int(self.versions[i]),
+                "source": self.sources[i], "position": self.positions[i],
+                "data": {"TopicId": self.topic_ids[i], "PartitionId": int(self.partitions[i]),
+                         "Isr": None if isr is None else list(isr), "Leader": int(self.leaders[i]),
+                         "Replicas": None, "RemovingReplicas": None, "AddingReplicas": None,
+                         "LeaderRecoveryState": int(self.recovery[i]), "Directories": None,
+                         "EligibleLeaderReplicas": None, "LastKnownElr": None}}
+
+
+def rows_of(image: ClusterImage, changes: Changes) -> np.ndarray:
+    """The column row each record changes, or -1 for an unknown topic or partition (``merge``'s path
+    rejects it). Call with the store flushed.
+
+    ``merge`` also fills in directories that are missing or do not match the replicas one for one, which
+    a simple record would leave alone; the columns never hold such a partition, as replay refuses to make
+    one, so every known partition is theirs."""
+    store = image.store
+    ordinals = np.fromiter((store.topic_ord.get(t, -1) if t in image.topics else -1 for t in changes.topic_ids),
+                           np.int64, len(changes))
+    rows = store.lookup(ordinals, changes.partitions)
+    rows[ordinals < 0] = -1
+    return rows
+
+
+@dataclass
+class Applied:
+    """What a run did, per record in offset order: its row, and each changed field before and after
+    (ISRs as codes into ``image.store.ints``)."""
+
+    rows: np.ndarray
+    leader: tuple[np.ndarray, np.ndarray]
+    isr: tuple[np.ndarray, np.ndarray]
+    leader_epoch: tuple[np.ndarray, np.ndarray]
+    partition_epoch: tuple[np.ndarray, np.ndarray]
+    recovery: np.ndarray  # after (it is not in a history row's "before" columns)
+
+
+def apply(image: ClusterImage, changes: Changes, rows: np.ndarray) -> Applied:
+    """Apply ``changes`` (every ``rows`` entry a real row) to the columns; the made registrations are
+    dropped first (``forget_objects``), as they would go stale."""
+    store = image.store
+    store.forget_objects()
+    cols = store.cols
+    n = len(changes)
+    # Group each row's records together, in offset order within the group.
+    order = np.lexsort((np.arange(n), rows))
+    r = rows[order]
+    first = np.ones(n, bool)
+    first[1:] = r[1:] != r[:-1]
+    index = np.arange(n)
+    group_start = np.maximum.accumulate(np.where(first, index, 0))
+
+    def carried(is_set: np.ndarray, value: np.ndarray, base: np.ndarray) -> np.ndarray:
+        """The field after each record: the last value set in its group so far, else the row's."""
+        last = np.maximum.accumulate(np.where(is_set, index, -1))
+        return np.where(last >= group_start, value[np.maximum(last, 0)], base)
+
+    def before_of(after: np.ndarray, base: np.ndarray) -> np.ndarray:
+        previous = np.empty_like(after)
+        previous[1:] = after[:-1]
+        return np.where(first, base, previous)
+
+    leaders = changes.leaders[order]
+    leader_set = leaders != NO_LEADER_CHANGE
+    leader_after = carried(leader_set, leaders, cols["leader"][r])
+    isr_set = np.fromiter((changes.isrs[i] is not None for i in order.tolist()), bool, n)
+    isr_codes = np.fromiter((store.ints.code(changes.isrs[i]) if changes.isrs[i] is not None else 0
+                             for i in order.tolist()), np.int32, n)
+    isr_after = carried(isr_set, isr_codes, cols["isr"][r])
+    recovery = changes.recovery[order]
+    recovery_after = carried(recovery != _LRS_NO_CHANGE, recovery, cols["leader_recovery_state"][r])
+    counted = np.cumsum(leader_set)
+    in_group = counted - (counted[group_start] - leader_set[group_start])  # leader changes so far, this group
+    leader_epoch_after = cols["leader_epoch"][r] + in_group.astype(np.int32)
+    partition_epoch_after = cols["partition_epoch"][r] + (index - group_start + 1).astype(np.int32)
+
+    result = {}
+    for name, after in (("leader", leader_after), ("isr", isr_after), ("leader_epoch", leader_epoch_after),
+                        ("partition_epoch", partition_epoch_after)):
+        result[name] = (before_of(after, cols[name][r]), after)
+    last = np.ones(n, bool)
+    last[:-1] = r[1:] != r[:-1]
+    final = r[last]
+    for name, after in (("leader", leader_after), ("isr", isr_after), ("leader_epoch", leader_epoch_after),
+                        ("partition_epoch", partition_epoch_after), ("leader_recovery_state", recovery_after),
+                        ("last_offset", changes.offsets[order]), ("last_timestamp", changes.timestamps[order])):
+        cols[name][final] = after[last]
+
+    unsort = np.empty(n, np.int64)
+    unsort[order] = index
+    return Applied(rows, *((b[unsort], a[unsort]) for b, a in (result[k] for k in
+                                                               ("leader", "isr", "leader_epoch", "partition_epoch"))),
+                   recovery_after[unsort])
