@@ -384,12 +384,27 @@ def check_start(warehouse: Warehouse, checkpoint: str) -> None:
         raise RuntimeError(f"no metadata_log in {warehouse.root}: ingest a log first (jobs/ingest.py)")
 
 
+def controller_input(warehouse: Warehouse) -> dict[str, list[str]]:
+    """The columns and types of ``metadata_log`` the controller reads: its records and requests, not the
+    NoOpRecords and quorum traffic it skips (a third of a typical log, and most of the table's columns),
+    which the source then never hands to Spark."""
+    present = [f.name for f in warehouse.table("metadata_log").schema().to_arrow()]
+    payloads = [c for c in present if c not in FIXED_COLUMNS and c not in SKIPPED]
+    # every type, those without fields (EndTransactionRecord, ...) too: they have no column
+    types = sorted(t for t in registry().by_name if t not in SKIPPED)
+    return {"columns": [c for c in ROUTED_FIXED if c in present] + payloads, "types": types}
+
+
+ROUTED_FIXED = ("offset", "leader_epoch", "timestamp", "type", "version", "source", "position")
+
+
 def start(warehouse: Warehouse, settings: ControllerSettings):
     """Start the controller query; returns the ``StreamingQuery``."""
     check_start(warehouse, settings.checkpoint)
     for name in tables_of("controller"):
         warehouse.create_if_missing(name, table_arrow_schema(name))
-    source = warehouse.read_stream("metadata_log", max_records_per_batch=settings.max_records_per_batch)
+    source = warehouse.read_stream("metadata_log", max_records_per_batch=settings.max_records_per_batch,
+                                   **controller_input(warehouse))
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     shards = settings.shards

@@ -19,13 +19,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 
 ArrowData = Union[pa.Table, pa.RecordBatchReader, Iterable[pa.RecordBatch]]
 Txn = tuple[str, int]
 # delta-rs' storage options (object_store's keys: aws_endpoint_url, aws_access_key_id, ...), as given by
 # the ``kraftlake.storage.*`` settings; None for a local warehouse
 StorageOptions = Union[Mapping[str, str], None]
+
+# Rows per Parquet row group: the unit a streaming micro-batch is split at into parallel tasks
+# (``split_range``), so a log ingested in one commit still keeps every core busy.
+ROW_GROUP_ROWS = 131_072
+WRITER = WriterProperties(max_row_group_size=ROW_GROUP_ROWS)
 
 # Marks the rows of an upsert's source that delete their key; never reaches the target table.
 _DELETE_FLAG = "__kraftlake_delete"
@@ -190,19 +195,29 @@ def nth_value_after(table: DeltaTable, column: str, after: int, n: int) -> int |
 
 
 def split_range(table: DeltaTable, column: str, lo: int, hi: int, target_rows: int) -> list[tuple[int, int]]:
-    """Cut (lo, hi] into consecutive ranges of about ``target_rows`` rows each, at file boundaries.
+    """Cut (lo, hi] into consecutive ranges of about ``target_rows`` rows each, at row-group boundaries.
 
-    Row counts come from the log (whole files, so a boundary file counts fully): the sizes are
-    estimates, the ranges always tile (lo, hi] exactly.
+    A log written in one commit is one file; cutting only between files would give a micro-batch one
+    task and leave every other core idle. Row groups (``ROW_GROUP_ROWS`` at most, their statistics in
+    the files' footers) are the unit a reader can skip, so the cuts fall between them. Sizes are
+    estimates (a boundary row group counts fully); the ranges always tile (lo, hi] exactly.
     """
     files = [r for r in file_ranges(table, column) if r.num_records and r.may_hold_in(lo, hi)]
-    files.sort(key=lambda r: -np.inf if r.lo is None else r.lo)
+    groups: list[tuple[float, int | None, int]] = []  # (min, max, rows) per row group
+    fragments = _fragments(table, [f.path for f in files]) if files else {}
+    for file in files:
+        fragment = fragments[file.path]
+        fragment.ensure_complete_metadata()  # the footer: row groups and their statistics
+        for group in fragment.row_groups:
+            stats = group.statistics.get(column) or {}
+            groups.append((-np.inf if stats.get("min") is None else stats["min"], stats.get("max"), group.num_rows))
+    groups.sort(key=lambda g: g[0])
     cuts: list[int] = []
     rows = 0
-    for file in files:
-        rows += file.num_records
-        if rows >= target_rows and file.hi is not None and lo < file.hi < hi and (not cuts or file.hi > cuts[-1]):
-            cuts.append(file.hi)
+    for _, top, count in groups:
+        rows += count
+        if rows >= target_rows and top is not None and lo < top < hi and (not cuts or top > cuts[-1]):
+            cuts.append(top)
             rows = 0
     bounds = [lo, *cuts, hi]
     return list(zip(bounds, bounds[1:]))
@@ -306,6 +321,7 @@ class DeltaRsTables:
             schema_mode="merge",
             commit_properties=self._commit_properties(txn),
             storage_options=self.storage_options,
+            writer_properties=WRITER,
         )
         return True
 
