@@ -225,12 +225,55 @@ def split_range(table: DeltaTable, column: str, lo: int, hi: int, target_rows: i
 
 def read_range(table: DeltaTable, column: str, lo: int, hi: int, columns: list[str] | None = None,
                where: pc.Expression | None = None) -> pa.Table:
-    """Rows with lo < column <= hi (and ``where``), sorted by it; files outside the range are skipped via
-    the log."""
+    """Rows with lo < column <= hi (and ``where``), sorted by it.
+
+    Files and row groups outside the range are skipped by their statistics, and so are the columns a row
+    group holds no value of: ``metadata_log`` has a struct column per message type, nearly all of them
+    null in any row group, and decoding those nulls was most of a read (3.7 s against 1.0 s for 700,000
+    rows); they are made as null columns instead."""
     files = [r.path for r in file_ranges(table, column) if r.num_records and r.may_hold_in(lo, hi)]
     condition = (pc.field(column) > lo) & (pc.field(column) <= hi)
-    rows = dataset(table, files).to_table(columns=columns, filter=condition if where is None else condition & where)
-    return rows.sort_by(column)
+    condition = condition if where is None else condition & where
+    data = dataset(table, files)
+    schema = data.schema if columns is None else pa.schema([data.schema.field(c) for c in columns])
+    parts = []
+    for fragment in data.get_fragments():
+        fragment.ensure_complete_metadata()
+        by_columns: dict[tuple[str, ...], list[int]] = {}
+        for i, group in enumerate(fragment.row_groups):
+            stats = group.statistics.get(column) or {}
+            if stats.get("max") is not None and stats["max"] <= lo or stats.get("min") is not None and stats["min"] > hi:
+                continue
+            by_columns.setdefault(_columns_with_values(fragment.metadata.row_group(i), schema.names), []).append(i)
+        for present, groups in by_columns.items():
+            rows = fragment.subset(row_group_ids=groups).to_table(schema=data.schema, columns=list(present),
+                                                                  filter=condition)
+            if rows.num_rows:
+                parts.append(_sorted(rows, column))  # while narrow: taking rows of null columns costs
+    parts.sort(key=lambda part: part.column(column)[0].as_py())
+    rows = pa.concat_tables([pa.Table.from_arrays(
+        [p.column(f.name) if f.name in p.column_names else pa.nulls(p.num_rows, f.type) for f in schema],
+        schema=schema) for p in parts]) if parts else schema.empty_table()
+    return _sorted(rows, column)  # parts of files that overlap (after an OPTIMIZE) interleave
+
+
+def _sorted(rows: pa.Table, column: str) -> pa.Table:
+    """``rows`` by ``column``; the log is written in its order, so usually nothing is moved."""
+    keys = rows.column(column).to_numpy()
+    return rows if len(keys) < 2 or bool(np.all(keys[1:] >= keys[:-1])) else rows.sort_by(column)
+
+
+def _columns_with_values(group: Any, names: list[str]) -> tuple[str, ...]:
+    """The top-level columns of ``names`` with a value in a row group: a column whose every leaf is null
+    in all its rows (by the footer's statistics) holds none; without statistics, a column may."""
+    all_null: dict[str, bool] = {}
+    for j in range(group.num_columns):
+        chunk = group.column(j)
+        top = chunk.path_in_schema.split(".")[0]
+        stats = chunk.statistics
+        null = stats is not None and stats.has_null_count and stats.null_count == group.num_rows
+        all_null[top] = all_null.get(top, True) and null
+    return tuple(n for n in names if not all_null.get(n, False))
 
 
 def _conform_batches(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
