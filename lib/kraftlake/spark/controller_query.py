@@ -33,7 +33,7 @@ from kraftlake.metadata.tables import (FIXED_COLUMNS, derived_tables, metadata_l
                                        tables_of)
 from kraftlake.spark.queries import LogProgress, MetadataLogEnd, delete_dir, query_id, start_sink, supervise
 from kraftlake.spark.quorum_query import start_quorum
-from kraftlake.storage import Warehouse
+from kraftlake.storage import NATIVE, PAYLOAD, Warehouse
 from kraftlake.storage.tables import controller_log_schema, controller_log_to_arrow, rows_to_arrow
 
 STATE_TABLES = tables_of("controller", "state")
@@ -144,8 +144,9 @@ def routed_events(spark_df: Any, shards: int) -> Any:
     # a row has one payload column set: the coalesce stops there, so the commonest types go first
     payload_columns.sort(key=lambda c: c not in TOPIC_SCOPED)
     options = {"ignoreNullFields": "false"}
-    payload = F.coalesce(*[F.to_json(F.col(c), options) for c in payload_columns]) if payload_columns \
-        else F.lit(None).cast("string")
+    payloads = [F.to_json(F.col(c), options) for c in payload_columns] + \
+        ([F.col(PAYLOAD)] if PAYLOAD in present else [])  # the source folded the rarer types' into JSON
+    payload = F.coalesce(*payloads) if payloads else F.lit(None).cast("string")
     change = F.col("PartitionChangeRecord")
     simple = (F.col("type") == "PartitionChangeRecord") & change.Replicas.isNull() & change.RemovingReplicas.isNull() \
         & change.AddingReplicas.isNull() & change.EligibleLeaderReplicas.isNull() & change.LastKnownElr.isNull() \
@@ -387,14 +388,21 @@ def check_start(warehouse: Warehouse, checkpoint: str) -> None:
 def controller_input(warehouse: Warehouse) -> dict[str, list[str]]:
     """The columns and types of ``metadata_log`` the controller reads: its records and requests, not the
     NoOpRecords and quorum traffic it skips (a third of a typical log, and most of the table's columns),
-    which the source then never hands to Spark."""
+    which the source then never hands to Spark. The payloads of the many rarer types come folded into one
+    JSON string column (``json_payload``) on the delta-rs engine: the hot ones (``STRUCT_PAYLOADS``)
+    keep their struct columns."""
     present = [f.name for f in warehouse.table("metadata_log").schema().to_arrow()]
     payloads = [c for c in present if c not in FIXED_COLUMNS and c not in SKIPPED]
     # every type, those without fields (EndTransactionRecord, ...) too: they have no column
     types = sorted(t for t in registry().by_name if t not in SKIPPED)
-    return {"columns": [c for c in ROUTED_FIXED if c in present] + payloads, "types": types}
+    fixed = [c for c in ROUTED_FIXED if c in present]
+    if warehouse.engine == NATIVE:
+        return {"columns": fixed + payloads, "types": types}
+    return {"columns": fixed + [c for c in payloads if c in STRUCT_PAYLOADS], "types": types,
+            "json_payload": [c for c in payloads if c not in STRUCT_PAYLOADS]}
 
 
+STRUCT_PAYLOADS = ("PartitionChangeRecord", "PartitionRecord")
 ROUTED_FIXED = ("offset", "leader_epoch", "timestamp", "type", "version", "source", "position")
 
 

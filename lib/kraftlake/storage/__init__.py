@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from kraftlake.storage.deltars import ArrowData, DeltaRsTables, StorageOptions, Txn
+from kraftlake.storage.deltars import PAYLOAD, ArrowData, DeltaRsTables, StorageOptions, Txn
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -121,12 +121,14 @@ class Warehouse(DeltaRsTables):
 
     def read_stream(
         self, name: str, max_records_per_batch: int | None = None, max_files_per_trigger: int | None = None,
-        columns: list[str] | None = None, types: list[str] | None = None,
+        columns: list[str] | None = None, types: list[str] | None = None, json_payload: list[str] | None = None,
     ) -> DataFrame:
         """A stream of the table's rows; each engine bounds micro-batches its own way (see ``native``):
         delta-rs by rows of the ``offset`` column, native by files. ``columns``: read only these (a query
         that needs a few columns of a wide table then reads only their Parquet column chunks); ``types``:
-        only rows whose ``type`` is one of these (filtered before they reach Spark)."""
+        only rows whose ``type`` is one of these (filtered before they reach Spark); ``json_payload``
+        (delta-rs): these struct columns reach Spark as one string column ``payload``, each row's value
+        as JSON (the native engine gives the struct columns themselves)."""
         spark = self._session()
         if self.engine == NATIVE:
             from kraftlake.storage import native
@@ -141,7 +143,7 @@ class Warehouse(DeltaRsTables):
                 from pyspark.sql import functions as F
 
                 stream = stream.where(F.col("type").isin(*types))
-            return stream if columns is None else stream.select(*columns)
+            return stream if columns is None else stream.select(*columns, *(json_payload or []))
         if max_files_per_trigger is not None:
             raise ValueError("max_files_per_trigger is a native-engine option; delta-rs bounds batches by rows")
         from kraftlake.storage import datasource
@@ -152,12 +154,17 @@ class Warehouse(DeltaRsTables):
             reader = reader.option("maxRecordsPerBatch", max_records_per_batch)
         if types is not None:
             reader = reader.option("typeIn", ",".join(types))
-        if columns is not None:  # the source reads the columns of the schema it is given
-            from pyspark.sql.types import StructType
+        if json_payload:
+            reader = reader.option("jsonPayload", ",".join(json_payload))
+        if columns is not None or json_payload:  # the source reads the columns of the schema it is given
+            from pyspark.sql.types import StringType, StructField, StructType
 
             full = datasource.spark_schema(self.table(name))
-            reader = reader.schema(StructType([full[c] for c in columns]))
+            fields = [full[c] for c in columns] if columns is not None else \
+                [f for f in full if f.name not in (json_payload or ())]
+            payload = [StructField(PAYLOAD, StringType())] if json_payload else []
+            reader = reader.schema(StructType(fields + payload))
         return reader.load(self.path(name))
 
 
-__all__ = ["DELTA_RS", "NATIVE", "AUTO", "DeltaRsTables", "Warehouse", "resolve_engine"]
+__all__ = ["DELTA_RS", "NATIVE", "AUTO", "PAYLOAD", "DeltaRsTables", "Warehouse", "resolve_engine"]

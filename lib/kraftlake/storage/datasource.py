@@ -13,6 +13,7 @@ at any row rather than at commit boundaries (which is what makes ``maxRecordsPer
 
 from __future__ import annotations
 
+import json
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -35,6 +36,8 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
+from kraftlake.codec.events import json_bytes
+from kraftlake.storage.deltars import PAYLOAD
 from kraftlake.storage.deltars import (StorageOptions, column_max, dataset, nth_value_after, read_range,
                                        split_range)
 
@@ -65,6 +68,21 @@ def _storage(options: Mapping[str, str]) -> StorageOptions:
     # Spark hands data sources their options with lower-cased keys; object_store's keys are too
     found = {k[len(STORAGE_OPTION):]: v for k, v in options.items() if k.lower().startswith(STORAGE_OPTION)}
     return found or None
+
+
+def json_payload(rows: pa.Table, columns: list[str]) -> pa.Array:
+    """Each row's value of whichever of ``columns`` it has, as JSON (bytes as base64, as Spark's
+    ``to_json`` writes them): many struct columns that are nearly always null cost Spark far more to
+    take in, row by row, than one string column does."""
+    payload: list[str | None] = [None] * rows.num_rows
+    for name in columns:
+        column = rows.column(name)
+        if column.null_count == len(column):
+            continue
+        present = pc.indices_nonzero(pc.is_valid(column)).to_pylist()
+        for i, value in zip(present, column.take(present).to_pylist()):
+            payload[i] = json.dumps(value, separators=(",", ":"), default=json_bytes)
+    return pa.array(payload, pa.string())
 
 
 def _to_spark_batches(batches: Iterable[pa.RecordBatch], schema: StructType) -> Iterator[pa.RecordBatch]:
@@ -137,6 +155,8 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.max_rows is not None and self.max_rows < 1:
             raise ValueError(f"maxRecordsPerBatch must be positive, got {self.max_rows}")
         self.started_with = spark_schema(self._open())
+        folded = options.get("jsonPayload")
+        self.folded = folded.split(",") if folded else []
         types = options.get("typeIn")
         # rows of other types never leave Python for Spark: a query that wants a few kinds of a long
         # log (the quorum's traffic) does not pay for converting the rest
@@ -201,8 +221,10 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: _Range) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         """Reads the current version: any version holding ``hi`` holds exactly the same rows up to it."""
         where = None if self.types is None else pc.field("type").isin(self.types)
-        rows = read_range(self._open(), self.column, partition.lo, partition.hi, self.schema.fieldNames(),
-                          where)
+        names = [n for n in self.schema.fieldNames() if n != PAYLOAD or not self.folded]
+        rows = read_range(self._open(), self.column, partition.lo, partition.hi, names + self.folded, where)
+        if self.folded:
+            rows = rows.drop_columns(self.folded).append_column(PAYLOAD, json_payload(rows, self.folded))
         return _to_spark_batches(rows.to_batches(), self.schema)
 
 

@@ -32,6 +32,9 @@ StorageOptions = Union[Mapping[str, str], None]
 ROW_GROUP_ROWS = 131_072
 WRITER = WriterProperties(max_row_group_size=ROW_GROUP_ROWS)
 
+# The string column a stream's ``json_payload`` columns are folded into (``Warehouse.read_stream``).
+PAYLOAD = "payload"
+
 # Marks the rows of an upsert's source that delete their key; never reaches the target table.
 _DELETE_FLAG = "__kraftlake_delete"
 
