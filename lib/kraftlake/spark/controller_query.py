@@ -31,7 +31,8 @@ from kraftlake.metadata.progress import Meter
 from kraftlake.metadata.schemas import StructSpec, registry
 from kraftlake.metadata.tables import (FIXED_COLUMNS, derived_tables, metadata_log_schema, table_arrow_schema, table_keys,
                                        tables_of)
-from kraftlake.spark.queries import LogProgress, MetadataLogEnd, delete_dir, query_id, start_sink, supervise
+from kraftlake.spark.queries import (LogProgress, MetadataLogEnd, delete_dir, group_keys, query_id, start_sink,
+                                     supervise)
 from kraftlake.spark.quorum_query import start_quorum
 from kraftlake.storage import NATIVE, PAYLOAD, Warehouse
 from kraftlake.storage.tables import controller_log_schema, controller_log_to_arrow, rows_to_arrow
@@ -134,9 +135,10 @@ def _changes(frame: Any) -> Changes:
                    [None if v is None else tuple(v.tolist()) for v in frame["c_isr"].tolist()], ints("c_recovery"))
 
 
-def routed_events(spark_df: Any, shards: int) -> Any:
-    """Each event once per shard it goes to, its payload as JSON (a simple PartitionChangeRecord's as
-    ``CHANGE_COLUMNS``); NoOpRecords dropped before the shuffle."""
+def routed_events(spark_df: Any, shards: int, keys: list[int] | None = None) -> Any:
+    """Each event once per shard it goes to (``keys[shard]`` in column ``shard``: see
+    ``queries.group_keys``), its payload as JSON (a simple PartitionChangeRecord's as ``CHANGE_COLUMNS``);
+    NoOpRecords dropped before the shuffle."""
     from pyspark.sql import functions as F
 
     present = set(spark_df.columns)
@@ -156,8 +158,10 @@ def routed_events(spark_df: Any, shards: int) -> Any:
                else F.lit(None).alias(name) for name, field in CHANGE_COLUMNS.items()]
     topic_ids = [F.col(f"{t}.{key}") for t, key in TOPIC_SCOPED.items() if t in present]
     topic_id = F.coalesce(*topic_ids) if topic_ids else F.lit(None).cast("string")
-    one_shard = F.array(F.pmod(F.crc32(F.encode(topic_id, "UTF-8")), F.lit(shards)).cast("int"))
-    every_shard = F.sequence(F.lit(0), F.lit(shards - 1))
+    keys = list(range(shards)) if keys is None else keys
+    one_shard = F.array(F.element_at(F.array(*[F.lit(k) for k in keys]),
+                                     (F.pmod(F.crc32(F.encode(topic_id, "UTF-8")), F.lit(shards)) + 1).cast("int")))
+    every_shard = F.array(*[F.lit(k) for k in keys])
     targets = F.when(F.col("type").isin(*TOPIC_SCOPED), one_shard).otherwise(every_shard)
     return (spark_df.where(~F.col("type").isin(*SKIPPED))
             .select(F.explode(targets).alias("shard"), "offset", "leader_epoch",
@@ -166,12 +170,14 @@ def routed_events(spark_df: Any, shards: int) -> Any:
                     "source", "position", *columns))
 
 
-def shard_function(shards: int, kafka_config: Mapping[str, str]):
-    """The function ``applyInPandasWithState`` runs per shard and micro-batch (pickled to executors)."""
+def shard_function(shards: int, kafka_config: Mapping[str, str], keys: list[int] | None = None):
+    """The function ``applyInPandasWithState`` runs per shard and micro-batch (pickled to executors);
+    ``keys`` are the shards' group keys (``routed_events``)."""
     config = dict(kafka_config)
+    shard_of = {k: s for s, k in enumerate(range(shards) if keys is None else keys)}
 
     def run(key: tuple, frames: Iterator[Any], state: Any) -> Iterator[Any]:
-        shard = int(key[0])
+        shard = shard_of[int(key[0])]
         with gc_paused():
             current = _load_state(shard, state.get[0] if state.exists else None)
             events, changes = events_of_frames(frames)
@@ -416,9 +422,11 @@ def start(warehouse: Warehouse, settings: ControllerSettings):
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     shards = settings.shards
-    outputs = (routed_events(source, shards)
+    keys = group_keys(settings.checkpoint, shards, int(warehouse.spark.conf.get("spark.sql.shuffle.partitions")),
+                      warehouse.storage_options)
+    outputs = (routed_events(source, shards, keys)
                .groupBy("shard")
-               .applyInPandasWithState(shard_function(shards, settings.kafka_config), OUTPUT_SCHEMA, STATE_SCHEMA,
+               .applyInPandasWithState(shard_function(shards, settings.kafka_config, keys), OUTPUT_SCHEMA, STATE_SCHEMA,
                                        "append",
                                        GroupStateTimeout.NoTimeout))
     return start_sink(outputs, "controller", settings.checkpoint, settings.once, settings.trigger_interval_ms,

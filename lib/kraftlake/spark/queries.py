@@ -34,6 +34,63 @@ def query_id(checkpoint: str, storage_options: StorageOptions = None) -> str | N
         return json.loads(stream.read().decode().splitlines()[0])["id"]
 
 
+def murmur3_int(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of an int (Murmur3_x86_32.hashInt, seed 42): how it places a group key of a
+    ``groupBy`` in a shuffle partition (``pmod(hash, partitions)``)."""
+    mask = 0xFFFFFFFF
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & mask
+
+    k1 = rotl((value & mask) * 0xCC9E2D51 & mask, 15) * 0x1B873593 & mask
+    h1 = (rotl(seed ^ k1, 13) * 5 + 0xE6546B64) & mask
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & mask
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & mask
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
+
+
+def spread_keys(groups: int, partitions: int) -> list[int]:
+    """A group key per group such that group ``g`` lands in shuffle partition ``g % partitions``.
+
+    Spark places a key by its hash, and the keys 0..3 fall in partitions 3, 3, 2, 3 of four: three of
+    four controller shards ran one after the other in one task while the other core idled. Keys found
+    this way give every partition its share."""
+    keys: list[int] = []
+    candidate = 0
+    for group in range(groups):
+        while murmur3_int(candidate) % partitions != group % partitions or candidate in keys:
+            candidate += 1
+        keys.append(candidate)
+        candidate = 0
+    return keys
+
+
+def group_keys(checkpoint: str, groups: int, partitions: int, storage_options: StorageOptions = None) -> list[int]:
+    """The group keys of a stateful query: its state is stored by key, so a checkpoint keeps the keys it
+    was started with (``kraftlake-keys.json`` in it). A new checkpoint gets ``spread_keys``; one written
+    before that file existed keeps the keys it has (0..groups-1)."""
+    fs, path = filesystem(checkpoint, storage_options)
+    marker = f"{path}/kraftlake-keys.json"
+    if fs.get_file_info(marker).type == pafs.FileType.File:
+        with fs.open_input_stream(marker) as stream:
+            keys = json.loads(stream.read().decode())["keys"]
+        if len(keys) != groups:
+            raise RuntimeError(f"the checkpoint {checkpoint} was written with {len(keys)} shards, not {groups}: "
+                               f"run with --shards {len(keys)}, or --reset to replay with {groups}")
+        return keys
+    if fs.get_file_info(f"{path}/offsets").type == pafs.FileType.Directory:
+        return list(range(groups))  # a checkpoint of an earlier release
+    keys = spread_keys(groups, partitions)
+    fs.create_dir(path, recursive=True)
+    with fs.open_output_stream(marker) as stream:
+        stream.write(json.dumps({"keys": keys}).encode())
+    return keys
+
+
 def delete_dir(target: str, storage_options: StorageOptions = None) -> None:
     """Remove a directory (a checkpoint, a table) if it is there, locally or on object storage."""
     fs, path = filesystem(target, storage_options)
