@@ -25,7 +25,8 @@ from kraftlake.controller.cluster_control import ControllerState
 from kraftlake.controller.decisions import Context
 from kraftlake.controller.dispatch import handle_request, merge_responses
 from kraftlake.image import partition_changes
-from kraftlake.image.cluster_image import BrokerRegistration, ClusterImage, PartitionRegistration
+from kraftlake.image.cluster_image import BrokerRegistration, ClusterImage, PartitionRegistration, normalize_uuid
+from kraftlake.image.partitions import registration
 from kraftlake.image.partition_store import PartitionStore
 from kraftlake.image.replay import replay
 from kraftlake.metadata.errors import error_name
@@ -299,6 +300,60 @@ class _Step:
                 self.event(changes.event(stop))
             start = stop + 1
 
+    def creations(self, run: list[dict]) -> None:
+        """A run of PartitionRecords: each that makes a new partition of a known topic goes into the image
+        without a row of its own, the run's history in one Block (a log creating a million partitions is
+        a million of these); any other (a replacement, a rejection, one held in a transaction) one by one
+        in its place."""
+        image = self.image
+        if len(run) < FAST_RUN or image.pending_kind is not None:
+            for event in run:
+                self.event(event)
+            return
+        self.state.in_term = False
+        self.unordered = True
+        made: list[tuple[dict, PartitionRegistration]] = []
+        for event in run:
+            topic_id = normalize_uuid(event["data"]["TopicId"])
+            topic = image.topics.get(topic_id)
+            after = None if topic is None or event["data"]["PartitionId"] in topic.partitions else \
+                registration(topic_id, event)
+            if after is None or isinstance(after, str):
+                self._created(made)
+                made = []
+                self.event(event)
+                continue
+            topic.partitions[after.partition_id] = after
+            made.append((event, after))
+        self._created(made)
+
+    def _created(self, made: list[tuple[dict, PartitionRegistration]]) -> None:
+        if not made:
+            return
+        n = len(made)
+        regs = [r for _, r in made]
+        offsets = [e["offset"] for e, _ in made]
+        names = [self.names.get(r.topic_id, "") for r in regs]
+        nulls = pa.nulls(n)
+
+        def ints(name: str) -> list:
+            return [getattr(r, name) for r in regs]
+
+        self.out.rows.append(Block("partition_history", rows_table(
+            "partition_history", "append", offsets, self.out.seqs(n), {
+                "offset": offsets, "timestamp": [e["timestamp"] for e, _ in made], "applied_offset": offsets,
+                "cause": pa.array(["PartitionRecord"] * n), "change": pa.array(["create"] * n), "topic": names,
+                "topic_id": [r.topic_id for r in regs], "partition": ints("partition_id"),
+                "leader_before": nulls, "leader": ints("leader"), "isr_before": nulls, "isr": ints("isr"),
+                "replicas_before": nulls, "replicas": ints("replicas"), "leader_epoch_before": nulls,
+                "leader_epoch": ints("leader_epoch"), "partition_epoch_before": nulls,
+                "partition_epoch": ints("partition_epoch"), "adding_replicas": ints("adding_replicas"),
+                "removing_replicas": ints("removing_replicas"), "elr": ints("elr"),
+                "leader_recovery_state": ints("leader_recovery_state")})))
+        latest = self.latest_partitions
+        for offset, name, r in zip(offsets, names, regs):
+            latest[(r.topic_id, r.partition_id)] = (offset, name, _FAST)
+
     def _on_columns(self, changes: partition_changes.Changes, rows: np.ndarray) -> None:
         applied = partition_changes.apply(self.image, changes, rows)
         store, n = self.image.store, len(changes)
@@ -436,13 +491,26 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
             # each dict event's place among the column records: those before it are one run
             cuts = np.searchsorted(changes.offsets, [e["offset"] for e in events]).tolist() + [len(changes)]
         start = 0
+        creations: list[dict] = []  # PartitionRecords in a row
         for i, event in enumerate(events + [None]):
             if changes is not None and cuts[i] > start:
+                if creations:
+                    work.creations(creations)
+                    creations = []
                 work.changes(changes.take(np.arange(start, cuts[i])))
                 start = cuts[i]
-            if event is not None:
-                state.last_offset = event["offset"]
-                work.event(event)
+            if event is None:
+                break
+            state.last_offset = event["offset"]
+            if columns and event["type"] == "PartitionRecord":
+                creations.append(event)
+                continue
+            if creations:
+                work.creations(creations)
+                creations = []
+            work.event(event)
+        if creations:
+            work.creations(creations)
         return work.finish(topics_before, configs_before)
 
 

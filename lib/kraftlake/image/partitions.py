@@ -54,35 +54,31 @@ def replay_partition(image: ClusterImage, event: dict) -> ReplayResult:
     topic = image.topics.get(topic_id)
     if topic is None:
         return ReplayResult(rejected=f"partition {partition_id} of unknown topic id {topic_id}")
+    after = registration(topic_id, event)
+    if isinstance(after, str):
+        return ReplayResult(rejected=after)
+    before = topic.partitions.get(partition_id)
+    topic.partitions[partition_id] = after
+    return ReplayResult(partition_changes=[(before, after)])
+
+
+def registration(topic_id: str, event: dict) -> PartitionRegistration | str:
+    """The partition a PartitionRecord describes, or why it cannot be one."""
+    data = event["data"]
     replicas = tuple(data["Replicas"])
     directories = _directories(data["Directories"])
     if not directories:
         directories = (DIR_MIGRATING,) * len(replicas)
     elif len(directories) != len(replicas):
-        return ReplayResult(rejected=f"{len(directories)} directories for {len(replicas)} replicas")
+        return f"{len(directories)} directories for {len(replicas)} replicas"
     leader_recovery_state = data["LeaderRecoveryState"]
     if leader_recovery_state not in _LEADER_RECOVERY_STATES:
-        return ReplayResult(rejected=f"invalid LeaderRecoveryState {leader_recovery_state}")
-    after = PartitionRegistration(
-        topic_id=topic_id,
-        partition_id=partition_id,
-        replicas=replicas,
-        isr=tuple(data["Isr"]),
-        removing_replicas=_ints(data["RemovingReplicas"]),
-        adding_replicas=_ints(data["AddingReplicas"]),
-        leader=data["Leader"],
-        leader_recovery_state=leader_recovery_state,
-        leader_epoch=data["LeaderEpoch"],
-        partition_epoch=data["PartitionEpoch"],
-        elr=_ints(data["EligibleLeaderReplicas"]),
-        last_known_elr=_ints(data["LastKnownElr"]),
-        directories=directories,
-        last_offset=event["offset"],
-        last_timestamp=event["timestamp"],
-    )
-    before = topic.partitions.get(partition_id)
-    topic.partitions[partition_id] = after
-    return ReplayResult(partition_changes=[(before, after)])
+        return f"invalid LeaderRecoveryState {leader_recovery_state}"
+    return PartitionRegistration(topic_id, data["PartitionId"], replicas, tuple(data["Isr"]),
+                                 _ints(data["RemovingReplicas"]), _ints(data["AddingReplicas"]), data["Leader"],
+                                 leader_recovery_state, data["LeaderEpoch"], data["PartitionEpoch"],
+                                 _ints(data["EligibleLeaderReplicas"]), _ints(data["LastKnownElr"]), directories,
+                                 event["offset"], event["timestamp"])
 
 
 def replay_partition_change(image: ClusterImage, event: dict) -> ReplayResult:
