@@ -15,6 +15,7 @@ import base64
 import json
 import operator
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, TextIO
 
@@ -28,9 +29,10 @@ from kraftlake.metadata.config import defaults
 from kraftlake.metadata.schemas import StructSpec, registry
 from kraftlake.metadata.tables import (FIXED_COLUMNS, derived_tables, metadata_log_schema, table_arrow_schema, table_keys,
                                        tables_of)
-from kraftlake.spark.queries import delete_dir, query_id, start_sink, supervise
+from kraftlake.spark.queries import delete_dir, parse_state, query_id, start_sink, supervise
 from kraftlake.spark.quorum_query import start_quorum
 from kraftlake.storage import Warehouse
+from kraftlake.storage.lease import Lease
 from kraftlake.storage.tables import controller_log_schema, controller_log_to_arrow, rows_to_arrow
 
 STATE_TABLES = tables_of("controller", "state")
@@ -53,6 +55,12 @@ class ControllerSettings:
     max_records_per_batch: int | None = None
     trigger_interval_ms: int = field(default_factory=lambda: int(defaults()["kraftlake.controller.trigger.interval.ms"]))
     kafka_config: Mapping[str, str] = field(default_factory=dict)  # broker.session.timeout.ms, ...
+    lease_ttl_ms: int = field(default_factory=lambda: int(defaults()["kraftlake.controller.lease.ttl.ms"]))
+
+
+def controller_lease(root: str, settings: ControllerSettings) -> Lease:
+    """The warehouse's controller lease (``storage.lease``): one controller per warehouse."""
+    return Lease(root, "controller", settings.lease_ttl_ms)
 
 
 def _plan(spec: StructSpec) -> tuple[tuple[str, ...], tuple[Any, ...]]:
@@ -169,7 +177,7 @@ def _load_state(shard: int, raw: bytes | None) -> ShardState:
         if cached is not None and cached[0] == raw[4:20]:
             return cached[1]
         raw = raw[20:]
-    return ShardState.from_bytes(raw)
+    return parse_state(f"controller shard {shard}'s state", lambda: ShardState.from_bytes(raw))
 
 
 def outputs_frame(outputs: list[Output]) -> Any:
@@ -369,10 +377,16 @@ def start(warehouse: Warehouse, settings: ControllerSettings):
 
 
 def run(warehouse: Warehouse, settings: ControllerSettings, progress_every: float = 10.0,
-        out: TextIO | None = None) -> bool:
+        out: TextIO | None = None, lease: Lease | None = None) -> bool:
     """Run the controller query and the quorum query (``quorum_query``) until they end (``--once``) or
-    forever, printing progress; False if stopped by a signal (see ``queries.supervise``)."""
-    query = start(warehouse, settings)
-    quorum = start_quorum(warehouse, settings.checkpoint, settings.once, settings.kafka_config,
-                          settings.max_records_per_batch, settings.trigger_interval_ms)
-    return supervise({"controller": query, "quorum": quorum}, settings.once, progress_every, out)
+    forever, printing progress; False if stopped by a signal (see ``queries.supervise``).
+
+    Holds the warehouse's controller lease throughout (``lease``, if the caller took it already; else it
+    is taken here, and ``LeaseHeld`` raised if another controller holds it). Losing it stops the queries."""
+    holding = nullcontext(lease) if lease is not None else controller_lease(warehouse.root, settings).held()
+    with holding as held:
+        query = start(warehouse, settings)
+        quorum = start_quorum(warehouse, settings.checkpoint, settings.once, settings.kafka_config,
+                              settings.max_records_per_batch, settings.trigger_interval_ms)
+        return supervise({"controller": query, "quorum": quorum}, settings.once, settings.checkpoint,
+                         progress_every, out, held)
