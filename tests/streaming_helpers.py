@@ -305,6 +305,14 @@ def committed_batches(checkpoint: Path) -> list[int]:
     return sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit()) if commits.is_dir() else []
 
 
+def committed_offset(checkpoint: Path) -> int | None:
+    """The log offset the last committed micro-batch reached (the last line of its offsets file)."""
+    done = committed_batches(checkpoint)
+    if not done:
+        return None
+    return json.loads((checkpoint / "offsets" / str(done[-1])).read_text().splitlines()[-1])["offset"]
+
+
 def plain(value: object) -> object:
     """Timestamps as ms since the epoch (the core's unit), so table rows and core rows compare."""
     if isinstance(value, datetime):

@@ -4,7 +4,6 @@ a second controller away while the first goes on."""
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import signal
@@ -19,7 +18,7 @@ from typing import Iterator
 
 import pytest
 
-from streaming_helpers import (REPO_ROOT, committed_batches, controller_command, controller_env, generate_log,
+from streaming_helpers import (REPO_ROOT, committed_batches, committed_offset, controller_command, controller_env, generate_log,
                                ingest_jsonl, wait_for, write_jsonl)
 from kraftlake.storage import DeltaRsTables
 from kraftlake.storage.lease import Holder, Lease, LeaseHeld
@@ -224,10 +223,3 @@ def test_a_second_controller_is_refused_and_the_running_one_goes_on(tmp_path: Pa
     state, _ = Lease(str(warehouse), "controller", TTL_MS).look()
     assert state.holder is None, "a controller that stopped cleanly gives its lease up"
 
-
-def committed_offset(checkpoint: Path) -> int | None:
-    """The log offset the last committed micro-batch reached (its offsets file's last line)."""
-    done = committed_batches(checkpoint)
-    if not done:
-        return None
-    return json.loads((checkpoint / "offsets" / str(done[-1])).read_text().splitlines()[-1])["offset"]

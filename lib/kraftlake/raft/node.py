@@ -402,7 +402,8 @@ class RaftNode:
             if self._next_fetch_ms is not None and now >= self._next_fetch_ms:
                 if not self.is_voter and self._fetch_cid is not None:  # the last fetch got no answer in time
                     self._fetch_elsewhere = self.leader_id
-                target = self.leader_id if self.is_voter or self._fetch_elsewhere is None else \
+                # an observer that knows no voter (none configured, no ReplicaStartup) can only ask its leader
+                target = self.leader_id if self.is_voter or self._fetch_elsewhere is None or not self.voters else \
                     self._any_voter(self._fetch_elsewhere)
                 self._fetch_elsewhere = None
                 out.append(self._fetch_request(target))
