@@ -17,8 +17,10 @@ from pyspark.sql import SparkSession
 
 from streaming_helpers import (assert_same_tables, committed_batches, generate_log, ingest_jsonl, logged_events,
                                reference_tables, run_controller, wait_for, warehouse_tables, write_jsonl)
+from kraftlake.metadata.tables import table_arrow_schema, tables_of
 from kraftlake.spark import controller_query as streaming
 from kraftlake.storage import DeltaRsTables, Warehouse
+from kraftlake.storage.tables import rows_to_arrow
 
 SHARDS = 2
 
@@ -156,3 +158,20 @@ def test_a_damaged_checkpoint_file_is_named_with_the_remedy_and_no_table_changes
     assert f"{commit} is damaged" in str(stopped.value) and "--reset" in str(stopped.value), str(stopped.value)
     assert warehouse_tables(warehouse) == after
     shutil.rmtree(root)
+
+
+# --- killed before the first checkpoint ----------------------------------------------------------------
+
+def test_a_controller_killed_before_spark_wrote_its_checkpoint_starts_again(tmp_path: Path) -> None:
+    """Found by the soak run: a controller killed after it created its (empty) tables but before Spark
+    wrote the checkpoint was refused at every restart, as if those tables held an earlier run's rows."""
+    warehouse = Warehouse(str(tmp_path / "warehouse"))
+    ingest_jsonl(warehouse, write_jsonl(generate_log(seed=1, size=10).events, tmp_path / "log.jsonl"))
+    checkpoint = str(tmp_path / "warehouse" / "_checkpoints" / "controller")
+    for name in tables_of("controller"):
+        warehouse.create_if_missing(name, table_arrow_schema(name))
+    streaming.check_start(warehouse, checkpoint)  # nothing to replay into twice
+    warehouse.append("partition_history", rows_to_arrow("partition_history", []), table_arrow_schema(
+        "partition_history"), ("kraftlake-controller-earlier", 0))
+    with pytest.raises(RuntimeError, match="partition_history exist: they were built by an earlier run"):
+        streaming.check_start(warehouse, checkpoint)

@@ -347,9 +347,12 @@ def reset(warehouse: Warehouse, checkpoint: str) -> None:
 
 
 def check_start(warehouse: Warehouse, checkpoint: str) -> None:
-    """Derived tables without a checkpoint would be replayed into twice: refuse with the remedy."""
+    """Derived tables without a checkpoint would be replayed into twice: refuse with the remedy. Tables
+    that were only created (a run killed before Spark wrote its checkpoint) hold nothing to replay into
+    twice, and do not count."""
     if query_id(checkpoint) is None:
-        leftovers = [name for name in derived_tables() if warehouse.exists(name)]
+        leftovers = [name for name in derived_tables() if warehouse.exists(name)
+                     and (warehouse.version(name) > 0 or warehouse.read_arrow(name, columns=[]).num_rows)]
         if leftovers:
             raise RuntimeError(
                 f"the checkpoint {checkpoint} is missing but {', '.join(leftovers)} exist: they were built by "
