@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import multiprocessing
 import os
 import random
 import signal
@@ -18,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from kraftlake.spark import controller_query as streaming
 from kraftlake.metadata import uuids
@@ -289,6 +290,32 @@ def kill_controller_when(command: list[str], ready: Callable[[], bool], log: Pat
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(30)
+
+
+def _together(target: Callable[..., object], args: tuple, barrier: Any, results: Any) -> None:
+    barrier.wait(120)
+    try:
+        results.put(target(*args))
+    except Exception as exc:
+        results.put(("failed", repr(exc)))
+    barrier.wait(120)  # everyone stays alive until all have run (a lease's winner keeps holding it)
+
+
+def at_once(target: Callable[..., object], calls: list[tuple]) -> list[object]:
+    """``target(*args)`` for each ``args`` in ``calls``, each in a process of its own (spawned), released
+    together by a barrier: what they returned (or ``("failed", repr)``), in the order they finished."""
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(len(calls)), context.Queue()
+    processes = [context.Process(target=_together, args=(target, args, barrier, results)) for args in calls]
+    for p in processes:
+        p.start()
+    try:
+        return [results.get(timeout=180) for _ in processes]
+    finally:
+        for p in processes:
+            p.join(60)
+            if p.is_alive():
+                p.kill()
 
 
 def wait_for(condition: Callable[[], bool], timeout: float) -> bool:

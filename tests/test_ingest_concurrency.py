@@ -5,7 +5,6 @@ given twice (no Spark: ingest commits through delta-rs)."""
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import random
 import signal
@@ -14,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from streaming_helpers import REPO_ROOT, generate_log, plain, wait_for
+from streaming_helpers import REPO_ROOT, at_once, generate_log, plain, wait_for
 from kraftlake.storage import DeltaRsTables
 from kraftlake.storage.ingest import ingest, ingest_source
 
@@ -29,15 +28,9 @@ def write_source(path: Path, seed: int, size: int) -> Path:
     return path
 
 
-def _ingest_together(root: str, source: str, barrier: multiprocessing.synchronize.Barrier,
-                     results: multiprocessing.Queue) -> None:
-    tables = DeltaRsTables(root)
-    barrier.wait(120)
-    try:
-        summary = ingest_source(tables, source)
-        results.put((source, summary.status, summary.first_offset, summary.last_offset))
-    except Exception as exc:
-        results.put((source, "failed", repr(exc), None))
+def _ingest(root: str, source: str) -> tuple:
+    summary = ingest_source(DeltaRsTables(root), source)
+    return source, summary.status, summary.first_offset, summary.last_offset
 
 
 def test_concurrent_ingests_all_succeed_and_no_offset_is_given_twice(tmp_path: Path) -> None:
@@ -45,19 +38,8 @@ def test_concurrent_ingests_all_succeed_and_no_offset_is_given_twice(tmp_path: P
     lines = {s: Path(s).read_text().splitlines() for s in sources}
     bad = {s: lines[s].index(BAD_LINE) + 1 for s in sources}  # line numbers count from 1
     runs = sources + [sources[0]]  # the same bytes twice, at the same moment
-    context = multiprocessing.get_context("spawn")
-    barrier, results = context.Barrier(len(runs)), context.Queue()
     root = str(tmp_path / "warehouse")
-    processes = [context.Process(target=_ingest_together, args=(root, s, barrier, results)) for s in runs]
-    for p in processes:
-        p.start()
-    try:
-        outcomes = [results.get(timeout=180) for _ in processes]
-    finally:
-        for p in processes:
-            p.join(60)
-            if p.is_alive():
-                p.kill()
+    outcomes = at_once(_ingest, [(root, s) for s in runs])
     assert all(o[1] in ("ingested", "already ingested") for o in outcomes), outcomes
 
     tables = DeltaRsTables(root)

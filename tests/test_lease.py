@@ -4,7 +4,6 @@ a second controller away while the first goes on."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import socket
@@ -18,7 +17,7 @@ from typing import Iterator
 
 import pytest
 
-from streaming_helpers import (REPO_ROOT, committed_batches, committed_offset, controller_command, controller_env, generate_log,
+from streaming_helpers import (REPO_ROOT, at_once, committed_batches, committed_offset, controller_command, controller_env, generate_log,
                                ingest_jsonl, wait_for, write_jsonl)
 from kraftlake.storage import DeltaRsTables
 from kraftlake.storage.lease import Holder, Lease, LeaseHeld
@@ -26,33 +25,18 @@ from kraftlake.storage.lease import Holder, Lease, LeaseHeld
 TTL_MS = 60_000
 
 
-def _race(root: str, barrier: multiprocessing.synchronize.Barrier, results: multiprocessing.Queue) -> None:
+def _race(root: str) -> tuple:
     lease = Lease(root, "controller", TTL_MS)
-    barrier.wait(120)
     try:
         lease.acquire()
-        results.put(("won", os.getpid(), lease.epoch))
+        return "won", os.getpid(), lease.epoch
     except LeaseHeld as exc:
-        results.put(("refused", os.getpid(), exc.state.holder.pid))
-    except Exception as exc:
-        results.put(("failed", os.getpid(), repr(exc)))
-    barrier.wait(120)  # the winner stays alive until every candidate has tried
+        return "refused", os.getpid(), exc.state.holder.pid
 
 
 def test_of_candidates_starting_together_exactly_one_takes_the_lease(tmp_path: Path) -> None:
-    context = multiprocessing.get_context("spawn")
     candidates = 4
-    barrier, results = context.Barrier(candidates), context.Queue()
-    processes = [context.Process(target=_race, args=(str(tmp_path), barrier, results)) for _ in range(candidates)]
-    for p in processes:
-        p.start()
-    try:
-        outcomes = [results.get(timeout=180) for _ in processes]
-    finally:
-        for p in processes:
-            p.join(60)
-            if p.is_alive():
-                p.kill()
+    outcomes = at_once(_race, [(str(tmp_path),)] * candidates)
     winners = [o for o in outcomes if o[0] == "won"]
     assert len(winners) == 1, outcomes
     [(_, winner, epoch)] = winners
