@@ -17,8 +17,8 @@ from typing import Iterator
 
 import pytest
 
-from streaming_helpers import (REPO_ROOT, at_once, committed_batches, committed_offset, controller_command, controller_env, generate_log,
-                               ingest_jsonl, wait_for, write_jsonl)
+from streaming_helpers import (REPO_ROOT, at_once, committed_batches, committed_offset, controller_command,
+                               controller_env, generate_log, ingest_jsonl, wait_for, write_jsonl)
 from kraftlake.storage import DeltaRsTables
 from kraftlake.storage.lease import Holder, Lease, LeaseHeld
 
