@@ -5,9 +5,10 @@ rate and killed with SIGKILL at a fixed interval; then its tables against a one-
 
 - The feeder (this process) generates the simulated cluster's requests (``sim.cluster``) and ingests them
   through ``sim.cluster_traffic.write_requests``, one JSON lines file of ``rate`` requests per second.
-- The controller is ``jobs/controller.py`` without ``--once``, in a process group of its own; every
-  ``kill_every`` seconds the whole group gets SIGKILL and a new controller starts at once (its lease is
-  taken over at once: the holder on this host is gone).
+- The controller is ``./spark-submit.sh --driver-memory M jobs/controller.py`` without ``--once``, in a
+  process group of its own; every ``kill_every`` seconds the whole group gets SIGKILL and a new
+  controller starts at once (its lease is taken over at once: the holder on this host is gone). One that
+  ends on its own is started again too, and counted as a crash.
 - Every few seconds the resident memory of the controller's processes is sampled, by role: the driver's
   JVM, the driver's Python, Spark's Python workers (everything else the controller started).
 - When the feeding time is up, the last controller is left to catch up with the log, then stopped.
@@ -92,31 +93,49 @@ def family(root: int, processes: dict[int, tuple[int, str, int]]) -> list[int]:
     return found
 
 
+def role(cmdline: str) -> str | None:
+    """What a process of the controller's is: its JVM, its Python driver, a Spark Python worker (None:
+    the launcher's shell, gone once it has exec'd)."""
+    program = os.path.basename(cmdline.split(" ")[0])
+    if program == "java":
+        return "driver_jvm"
+    if "python" not in program:
+        return None
+    return "driver_python" if "jobs/controller.py" in cmdline else "workers"
+
+
 def memory_by_role(root: int) -> dict[str, int]:
     """Resident bytes of the controller's processes: its JVM, its Python driver, Spark's Python workers."""
     processes = _processes()
     roles = {"driver_jvm": 0, "driver_python": 0, "workers": 0}
     for pid in family(root, processes):
         _, cmdline, resident = processes[pid]
-        role = "driver_python" if pid == root else "driver_jvm" if "java" in cmdline.split(" ")[0] else "workers"
-        roles[role] += resident
+        kind = role(cmdline)
+        if kind is not None:
+            roles[kind] += resident
     return roles
 
 
 class Controller:
-    """The controller job in its own process group, started again after each kill."""
+    """The controller job (through ``spark-submit.sh``, as an operator starts it) in its own process group,
+    started again after each kill; ``crashes`` counts the times it ended without being killed."""
 
     def __init__(self, command: list[str], log_path: Path):
         self.command, self.log_path = command, log_path
         self.process: subprocess.Popen | None = None
         self.lock = threading.Lock()
         self.starts: list[float] = []
+        self.crashes: list[int] = []  # their exit codes
+
+    def restart_if_ended(self) -> None:
+        if self.process is not None and self.process.poll() is not None:
+            self.crashes.append(self.process.returncode)
+            self.start()
 
     def start(self) -> None:
-        # not the gateway of the JVM spark-submit started for this process: the controller needs its own
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_GATEWAY_")}
-        env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "lib"), os.environ.get("PYTHONPATH")])),
-                   PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable))
+        # as from a fresh shell: nothing of the spark-submit that started this process (its JVM's gateway,
+        # its SPARK_HOME, its pyspark.zip on the path), or the controller would join that JVM
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_")) and k != "PYTHONPATH"}
         with self.log_path.open("a") as out:
             out.write(f"\n--- start {len(self.starts) + 1} at {datetime.now(timezone.utc).isoformat()} ---\n")
             out.flush()
@@ -140,9 +159,12 @@ class Controller:
         self.process.wait(60)
 
     def stop(self) -> int:
-        """A clean stop: SIGTERM to the driver, which ends its queries and gives its lease up."""
+        """A clean stop: SIGTERM to the Python driver, which ends its queries and gives its lease up."""
         assert self.process is not None
-        self.process.send_signal(signal.SIGTERM)
+        processes = _processes()
+        for pid in family(self.process.pid, processes):
+            if role(processes[pid][1]) == "driver_python":
+                os.kill(pid, signal.SIGTERM)
         try:
             return self.process.wait(120)
         except subprocess.TimeoutExpired:
@@ -272,8 +294,10 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
     checkpoint = root / "_checkpoints" / "controller"
     options = SimulationOptions(brokers=args.soak_brokers, topics=args.soak_topics, partitions_per_topic=10)
     simulator = ClusterSimulator(options, kafka_configs(config))
-    command = [sys.executable, str(REPO / "jobs" / "controller.py"), "--warehouse", str(root), "--shards",
-               str(args.shards), *sum((["--override", o] for o in args.override), [])]
+    overrides = [f"kraftlake.controller.max.records.per.batch={args.soak_batch}", *args.override]
+    command = [str(REPO / "spark-submit.sh"), "--driver-memory", args.soak_driver_memory,
+               str(REPO / "jobs" / "controller.py"), "--warehouse", str(root), "--shards", str(args.shards),
+               *sum((["--override", o] for o in overrides), [])]
     controller = Controller(command, work / "soak-controller.log")
     samples: list[dict] = []
     lag: list[tuple[float, int]] = []
@@ -295,6 +319,7 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
                     next_kill += kill_every
                     loads.append(os.getloadavg())
                     continue
+                controller.restart_if_ended()
                 process = controller.process
             if process is not None and process.poll() is None:
                 samples.append({"t": round(now - began, 1), "life": len(controller.starts),
@@ -309,7 +334,8 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
         if wait > 0:
             time.sleep(wait)
 
-    log(f"soak: {seconds} s at {rate:,} events/s, SIGKILL every {kill_every} s, {args.shards} shards")
+    log(f"soak: {seconds} s at {rate:,} events/s, SIGKILL every {kill_every} s, {args.shards} shards, micro-batches "
+        f"of at most {args.soak_batch:,} events, driver memory {args.soak_driver_memory}")
     controller.start()
     watcher = threading.Thread(target=watch, name="soak-watch", daemon=True)
     watcher.start()
@@ -322,10 +348,7 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
         drain_start = time.monotonic()
         deadline = drain_start + max(600.0, seconds)
         while committed_offset(checkpoint) < last and time.monotonic() < deadline:
-            with controller.lock:
-                if controller.process.poll() is not None:  # died on its own: start it again, and count it
-                    controller.start()
-            time.sleep(1.0)
+            time.sleep(1.0)  # the watcher restarts a controller that ended on its own
         drained = committed_offset(checkpoint) >= last
         drain_s = time.monotonic() - drain_start
         stop.set()
@@ -361,10 +384,12 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
         "events_fed": written.requests, "feeding_s": round(fed_s, 1),
         "fed_events_per_s": round(written.requests / fed_s), "events_in_log": events,
         "by_type": dict(sorted(written.by_type.items())),
-        "controller_starts": len(controller.starts), "kills": len(controller.starts) - 1,
+        "driver_memory": args.soak_driver_memory, "max_records_per_batch": args.soak_batch,
+        "controller_starts": len(controller.starts), "kills": len(controller.starts) - 1 - len(controller.crashes),
+        "crashes": controller.crashes,
         "drained": drained, "drain_s": round(drain_s, 1), "last_exit_code": exit_code,
         "lag_events": {"max": max((v for _, v in lag), default=None),
-                       "at_feed_end": lag[-1][1] if lag else None},
+                       "at_feed_end": next((v for t, v in reversed(lag) if t <= fed_s), None)},
         "tables": compare, "tables_equal_one_shot_replay": all(c["equal"] for c in compare.values()),
         "rows_compared": sum(c["rows"] for c in compare.values()),
         "core_replay_s": round(replay_s, 1), "memory": memory, "memory_samples": samples,

@@ -145,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--soak-kill-every", type=int, default=60, help="SIGKILL every this many seconds (0: never)")
     parser.add_argument("--soak-brokers", type=int, default=50, help="brokers of the simulated cluster")
     parser.add_argument("--soak-topics", type=int, default=200, help="its topics (10 partitions each)")
+    parser.add_argument("--soak-batch", type=int, default=50_000,
+                        help="the soaked controller's kraftlake.controller.max.records.per.batch")
+    parser.add_argument("--soak-driver-memory", default="2g", help="the soaked controller's --driver-memory")
     parser.add_argument("--fixtures", default=str(Path(__file__).resolve().parent.parent.parent / "shared" /
                                                   "fixtures" / "kafka-logs"))
     parser.add_argument("--report", default="bench-report.json")

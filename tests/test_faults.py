@@ -19,6 +19,7 @@ from streaming_helpers import (assert_same_tables, committed_batches, generate_l
                                reference_tables, run_controller, wait_for, warehouse_tables, write_jsonl)
 from kraftlake.metadata.tables import table_arrow_schema, tables_of
 from kraftlake.spark import controller_query as streaming
+from kraftlake.spark.queries import failure_message
 from kraftlake.storage import DeltaRsTables, Warehouse
 from kraftlake.storage.tables import rows_to_arrow
 
@@ -175,3 +176,14 @@ def test_a_controller_killed_before_spark_wrote_its_checkpoint_starts_again(tmp_
         "partition_history"), ("kraftlake-controller-earlier", 0))
     with pytest.raises(RuntimeError, match="partition_history exist: they were built by an earlier run"):
         streaming.check_start(warehouse, checkpoint)
+
+
+def test_running_out_of_memory_is_said_with_the_remedy(tmp_path: Path) -> None:
+    """Found by the soak run: a backlog of 200,000 requests in one micro-batch exhausted a 1 GB driver
+    heap, and every restart re-ran the same planned batch into the same error, shown as a stack trace."""
+    error = ("An exception was raised by the Python Proxy ... Caused by: org.apache.spark.SparkException: Job "
+             "aborted\\n\\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages\n"
+             "java.lang.OutOfMemoryError: Java heap space\n\tat java.base/java.util.Arrays.copyOf(Arrays.java:3537)")
+    message = failure_message("controller", error, str(tmp_path))
+    assert message.startswith("the controller query ran out of memory (java.lang.OutOfMemoryError: Java heap space)")
+    assert "re-run at the same size by the next start" in message and "--driver-memory" in message

@@ -78,6 +78,7 @@ DAMAGED_STATE = "damaged state:"
 DAMAGE_MARKERS = ("Stream is corrupted", "ChecksumException", "java.io.EOFException", DAMAGED_STATE,
                   "MALFORMED_LOG_FILE", "CANNOT_LOAD_STATE_STORE")
 NO_SPACE = "No space left on device"
+OUT_OF_MEMORY = "java.lang.OutOfMemoryError"
 T = TypeVar("T")
 
 
@@ -122,13 +123,18 @@ def _cause(error: str, marker: str) -> str:
 
 
 def failure_message(name: str, error: str, checkpoint: str) -> str:
-    """A failed query's error as its operator needs it: a full disk or a damaged checkpoint said in words,
-    with the file and the remedy; anything else as Spark reported it."""
+    """A failed query's error as its operator needs it: a full disk, memory run out or a damaged checkpoint
+    said in words, with the file and the remedy; anything else as Spark reported it."""
     if NO_SPACE in error:
         return (f"the {name} query stopped: no space left on the device ({_cause(error, NO_SPACE)}). Nothing "
                 "is lost or half-written: the micro-batch it was writing is finished by the next start, from "
                 "the checkpoint, with the Delta transactions skipping what was committed. Free space, then "
                 "start the controller again.")
+    if OUT_OF_MEMORY in error:
+        return (f"the {name} query ran out of memory ({_cause(error, OUT_OF_MEMORY)}). Its micro-batch is planned "
+                "in the checkpoint and is re-run at the same size by the next start: give the driver more "
+                "memory (spark-submit --driver-memory, or spark.driver.memory where the launcher reads it), "
+                "then start again; kraftlake.controller.max.records.per.batch bounds the micro-batches after it.")
     marker = next((m for m in DAMAGE_MARKERS if m in error), None)
     if marker is None:
         return f"the {name} query failed: {error}"
