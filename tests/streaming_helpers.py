@@ -15,6 +15,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -316,6 +317,21 @@ def at_once(target: Callable[..., object], calls: list[tuple]) -> list[object]:
             p.join(60)
             if p.is_alive():
                 p.kill()
+
+
+def in_background(run: Callable[[], object]) -> tuple[threading.Thread, list[BaseException]]:
+    """``run()`` in a thread; what it raised lands in the list."""
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            run()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, errors
 
 
 def wait_for(condition: Callable[[], bool], timeout: float) -> bool:

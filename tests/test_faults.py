@@ -8,15 +8,14 @@ from __future__ import annotations
 import errno
 import shutil
 import subprocess
-import threading
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import pytest
 from pyspark.sql import SparkSession
 
-from streaming_helpers import (assert_same_tables, committed_batches, generate_log, ingest_jsonl, logged_events,
-                               reference_tables, run_controller, wait_for, warehouse_tables, write_jsonl)
+from streaming_helpers import (assert_same_tables, committed_batches, generate_log, in_background, ingest_jsonl,
+                               logged_events, reference_tables, run_controller, wait_for, warehouse_tables, write_jsonl)
 from kraftlake.metadata.tables import table_arrow_schema, tables_of
 from kraftlake.spark import controller_query as streaming
 from kraftlake.spark.queries import failure_message
@@ -77,20 +76,6 @@ def small_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Smal
         disk.unmount()
 
 
-def in_background(run: Callable[[], None]) -> tuple[threading.Thread, list[BaseException]]:
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            run()
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    return thread, errors
-
-
 def test_a_disk_that_fills_up_mid_run_stops_the_controller_clearly_and_a_restart_ends_exact(
         spark: SparkSession, small_disk: SmallDisk, tmp_path: Path) -> None:
     log = generate_log(seed=8, size=120)
@@ -131,7 +116,7 @@ def test_a_damaged_checkpoint_file_is_named_with_the_remedy_and_no_table_changes
     warehouse = Warehouse(str(root), spark=spark)
     checkpoint = root / "_checkpoints" / "controller"
     ingest_jsonl(warehouse, write_jsonl(log.events[:40], tmp_path / "first.jsonl"))
-    run_controller(warehouse, checkpoint, SHARDS, 20)
+    run_controller(warehouse, checkpoint, SHARDS, None)
     ingest_jsonl(warehouse, write_jsonl(log.events[40:], tmp_path / "second.jsonl"))
     before = warehouse_tables(warehouse)
 
@@ -139,14 +124,14 @@ def test_a_damaged_checkpoint_file_is_named_with_the_remedy_and_no_table_changes
     state = max((p for p in (checkpoint / "state").rglob("*.delta")), key=lambda p: p.stat().st_size)
     flip_a_byte(state)
     with pytest.raises(RuntimeError) as stopped:
-        run_controller(warehouse, checkpoint, SHARDS, 20)
+        run_controller(warehouse, checkpoint, SHARDS, None)
     message = str(stopped.value)
     assert f"cannot continue from its checkpoint: {state} is damaged" in message, message
     assert "Remedy: start the controller with --reset" in message
     assert warehouse_tables(warehouse) == before, "a damaged state store must not reach the tables"
 
     streaming.reset(warehouse, str(checkpoint))  # the remedy
-    run_controller(warehouse, checkpoint, SHARDS, 20)
+    run_controller(warehouse, checkpoint, SHARDS, None)
     assert_same_tables(warehouse_tables(warehouse), reference_tables(logged_events(warehouse), SHARDS),
                        "rebuilt with --reset after a damaged state file")
 
@@ -155,7 +140,7 @@ def test_a_damaged_checkpoint_file_is_named_with_the_remedy_and_no_table_changes
     commit.write_text("not a commit")
     after = warehouse_tables(warehouse)
     with pytest.raises(RuntimeError) as stopped:
-        run_controller(warehouse, checkpoint, SHARDS, 20)
+        run_controller(warehouse, checkpoint, SHARDS, None)
     assert f"{commit} is damaged" in str(stopped.value) and "--reset" in str(stopped.value), str(stopped.value)
     assert warehouse_tables(warehouse) == after
     shutil.rmtree(root)

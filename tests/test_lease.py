@@ -4,6 +4,7 @@ a second controller away while the first goes on."""
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import socket
@@ -16,10 +17,12 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from pyspark.sql import SparkSession
 
 from streaming_helpers import (REPO_ROOT, at_once, committed_batches, committed_offset, controller_command,
-                               controller_env, generate_log, ingest_jsonl, wait_for, write_jsonl)
-from kraftlake.storage import DeltaRsTables
+                               controller_env, generate_log, in_background, ingest_jsonl, wait_for, write_jsonl)
+from kraftlake.spark import controller_query as streaming
+from kraftlake.storage import DeltaRsTables, Warehouse
 from kraftlake.storage.lease import Holder, Lease, LeaseHeld
 
 TTL_MS = 60_000
@@ -172,23 +175,22 @@ def test_renewals_keep_the_lease_and_a_holder_taken_over_learns_it_lost(tmp_path
 
 # --- the controller job: a second one is turned away, the first goes on -------------------------------
 
-def test_a_second_controller_is_refused_and_the_running_one_goes_on(tmp_path: Path) -> None:
+def test_a_second_controller_is_refused_and_the_running_one_goes_on(spark: SparkSession, tmp_path: Path) -> None:
+    """The running controller is this process's (its Spark session), the second a real job in a process of
+    its own."""
     warehouse = tmp_path / "warehouse"
     checkpoint = warehouse / "_checkpoints" / "controller"
     log = generate_log(seed=11, size=60)
     ingest_jsonl(DeltaRsTables(str(warehouse)), write_jsonl(log.events[:30], tmp_path / "first.jsonl"))
-    running_command = [c for c in controller_command(warehouse, 1000) if c != "--once"]
-    output = tmp_path / "running.log"
-    with output.open("w") as out:
-        running = subprocess.Popen(running_command, cwd=REPO_ROOT, env=controller_env(), stdout=out,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+    settings = streaming.ControllerSettings(shards=2, checkpoint=str(checkpoint), once=False, trigger_interval_ms=200)
+    running, errors = in_background(
+        lambda: streaming.run(Warehouse(str(warehouse), spark=spark), settings, out=io.StringIO()))
     try:
-        assert wait_for(lambda: bool(committed_batches(checkpoint)) or running.poll() is not None, 240), \
-            output.read_text()[-3000:]
+        assert wait_for(lambda: bool(committed_batches(checkpoint)) or not running.is_alive(), 120), errors
         second = subprocess.run(controller_command(warehouse, 1000), cwd=REPO_ROOT, env=controller_env(),
                                 capture_output=True, text=True, timeout=120)
         assert second.returncode == 1
-        assert f"another controller is running on the warehouse {warehouse}: pid {running.pid} on host " \
+        assert f"another controller is running on the warehouse {warehouse}: pid {os.getpid()} on host " \
                f"{socket.gethostname()}, started " in second.stderr, second.stderr
         assert "Only one controller may run per warehouse" in second.stderr
         assert "log4j" not in second.stderr + second.stdout  # turned away before Spark started
@@ -196,14 +198,12 @@ def test_a_second_controller_is_refused_and_the_running_one_goes_on(tmp_path: Pa
         # the running controller was not touched: it takes the events ingested now
         ingest_jsonl(DeltaRsTables(str(warehouse)), write_jsonl(log.events[30:], tmp_path / "second.jsonl"))
         end = DeltaRsTables(str(warehouse)).max_value("metadata_log", "offset")
-        assert wait_for(lambda: committed_offset(checkpoint) == end or running.poll() is not None, 240)
-        assert running.poll() is None, output.read_text()[-3000:]
-        os.kill(running.pid, signal.SIGTERM)  # the driver stops its queries and gives the lease up
-        assert running.wait(120) == 130
+        assert wait_for(lambda: committed_offset(checkpoint) == end or not running.is_alive(), 120), errors
+        assert running.is_alive() and not errors
     finally:
-        if running.poll() is None:
-            os.killpg(running.pid, signal.SIGKILL)
-            running.wait(30)
+        for query in spark.streams.active:  # a clean stop: the controller returns and gives its lease up
+            query.stop()
+        running.join(60)
+    assert not errors
     state, _ = Lease(str(warehouse), "controller", TTL_MS).look()
     assert state.holder is None, "a controller that stopped cleanly gives its lease up"
-

@@ -256,9 +256,10 @@ class DeltaRsTables:
         unless it exists; a concurrent creator winning the race is fine."""
         if self.exists(name):
             return
-        try:
+        try:  # no retry: a creator that lost the race would commit a second creation on top
             DeltaTable.create(self.path(name), schema, mode="ignore",
-                              configuration={FORMAT_PROPERTY: str(FORMAT_VERSION)}, raise_if_key_not_exists=False)
+                              configuration={FORMAT_PROPERTY: str(FORMAT_VERSION)}, raise_if_key_not_exists=False,
+                              commit_properties=CommitProperties(max_commit_retries=0))
         except CommitFailedError:
             if not self.exists(name):
                 raise

@@ -146,8 +146,9 @@ class Lease:
     # ---------------------------------------------------------------------------------- looking
     def _table(self) -> DeltaTable:
         if not DeltaTable.is_deltatable(self.path):
-            try:
-                DeltaTable.create(self.path, _SCHEMA, mode="ignore")
+            try:  # no retry: a creator that lost the race would commit a second creation on top
+                DeltaTable.create(self.path, _SCHEMA, mode="ignore",
+                                  commit_properties=CommitProperties(max_commit_retries=0))
             except CommitFailedError:  # another candidate created it first
                 pass
         return DeltaTable(self.path)
