@@ -220,7 +220,10 @@ class Lease:
                 pass
             return
         state, _ = self.look()
-        raise LeaseHeld(self.job, self.root, state, self.now_ms(), self.ttl_ms)
+        if state.holder is not None:
+            raise LeaseHeld(self.job, self.root, state, self.now_ms(), self.ttl_ms)
+        raise RuntimeError(f"could not take the {self.job} lease on {self.root}: other candidates committed "
+                           f"first {ACQUIRE_ATTEMPTS} times in a row; start again")
 
     def renew(self) -> None:
         """Record that the holder is alive; ``LeaseLost`` if another process took the lease over."""
