@@ -16,8 +16,8 @@ import threading
 import time
 import zlib
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 from typing import Any, Callable, Mapping, TextIO, TypeVar
+from urllib.parse import unquote, urlparse
 
 import pyarrow.fs as pafs
 
@@ -140,7 +140,8 @@ def failure_message(name: str, error: str, checkpoint: str) -> str:
         return f"the {name} query failed: {error}"
     local = unquote(urlparse(uri(checkpoint)).path)
     files = damaged_files(checkpoint) or sorted(set(re.findall(re.escape(local) + r"/[^\s:;,'\"()\[\]]+", error)))
-    where = ", ".join(files) if files else f"a file under {checkpoint}"
+    where = ", ".join(files) if files else \
+        f"a file it reads back (Spark does not say which, and no file under {checkpoint} fails its checksum)"
     return (f"the {name} query cannot continue from its checkpoint: {where} is damaged "
             f"({_cause(error, marker)}). The tables are as the last completed micro-batch left them and nothing "
             "more is written. Remedy: start the controller with --reset, which deletes the checkpoint and the "
