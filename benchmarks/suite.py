@@ -15,7 +15,9 @@ Sections of the report (docs/performance.md says what each number means):
 - ``scaling``: core replay time (a log creating the partitions, then as many changes), state size and
   failover time from 10^4 to 10^6 partitions, core
   throughput from 10^5 to 10^6 events (10^7 with ``--events-1e7``), each with its log-log slope;
-- ``profile``: the core replay's hottest functions (cProfile), by cumulative and by own time.
+- ``profile``: the core replay's hottest functions (cProfile), by cumulative and by own time;
+- ``soak`` (``--soak`` alone): the continuous controller fed simulated cluster traffic for minutes, killed
+  with SIGKILL at intervals, its tables checked against one replay by the core, its memory sampled.
 
 Everything runs in one process on the same machine, so ratios between numbers mean something even
 where absolute times on a shared machine are noisy.
@@ -46,6 +48,7 @@ from kraftlake.storage.ingest import ingest_source
 from benchmarks.chart import chart
 from benchmarks.continuous import measure_latency
 from benchmarks.core import decode_all, measure_failover, profile_core, scaling, state_sizes
+from benchmarks.soak import measure_soak
 from benchmarks.stats import chunks, log, timed
 
 # Sizes of a full run and of --quick (which must stay a few seconds of core time: a test runs it).
@@ -141,6 +144,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target-events", type=int, default=10_000_000)
     parser.add_argument("--target-partitions", type=int, default=1_000_000, help="in topics of 1,000 partitions")
     parser.add_argument("--target-batch", type=int, default=1_000_000, help="max log rows per micro-batch")
+    parser.add_argument("--soak", action="store_true",
+                        help="only the soak run: the continuous controller under steady traffic, killed at intervals")
+    parser.add_argument("--soak-minutes", type=float, default=10.0, help="how long to feed it")
+    parser.add_argument("--soak-rate", type=int, default=5_000, help="simulated requests per second")
+    parser.add_argument("--soak-kill-every", type=int, default=60, help="SIGKILL every this many seconds (0: never)")
+    parser.add_argument("--soak-brokers", type=int, default=50, help="brokers of the simulated cluster")
+    parser.add_argument("--soak-topics", type=int, default=200, help="its topics (10 partitions each)")
+    parser.add_argument("--soak-batch", type=int, default=50_000,
+                        help="the soaked controller's kraftlake.controller.max.records.per.batch")
+    parser.add_argument("--soak-driver-memory", default="2g", help="the soaked controller's --driver-memory")
     parser.add_argument("--fixtures", default=str(Path(__file__).resolve().parent.parent.parent / "shared" /
                                                   "fixtures" / "kafka-logs"))
     parser.add_argument("--report", default="bench-report.json")
@@ -162,6 +175,12 @@ def main(argv: list[str] | None = None) -> int:
                     "partitions": args.topics * args.partitions_per_topic, "brokers": args.brokers,
                     "shards": args.shards, "stages": {}}
     stages = report["stages"]
+    if args.soak:
+        report = {"machine": report["machine"], "soak": measure_soak(config, work, args)}
+        Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
+        summary = {k: v for k, v in report["soak"].items() if not k.endswith("_samples")}
+        print(json.dumps(summary, indent=2))
+        return 0 if report["soak"]["drained"] and report["soak"]["tables_equal_one_shot_replay"] else 1
     if args.target:
         report = {"machine": report["machine"], "target": measure_target(config, work, args)}
         Path(args.report).write_text(json.dumps(report, indent=2) + "\n")

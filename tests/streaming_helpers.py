@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import io
 import json
+import multiprocessing
 import os
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from kraftlake.spark import controller_query as streaming
 from kraftlake.metadata import uuids
@@ -291,6 +293,47 @@ def kill_controller_when(command: list[str], ready: Callable[[], bool], log: Pat
                 process.wait(30)
 
 
+def _together(target: Callable[..., object], args: tuple, barrier: Any, results: Any) -> None:
+    barrier.wait(120)
+    try:
+        results.put(target(*args))
+    except Exception as exc:
+        results.put(("failed", repr(exc)))
+    barrier.wait(120)  # everyone stays alive until all have run (a lease's winner keeps holding it)
+
+
+def at_once(target: Callable[..., object], calls: list[tuple]) -> list[object]:
+    """``target(*args)`` for each ``args`` in ``calls``, each in a process of its own (spawned), released
+    together by a barrier: what they returned (or ``("failed", repr)``), in the order they finished."""
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(len(calls)), context.Queue()
+    processes = [context.Process(target=_together, args=(target, args, barrier, results)) for args in calls]
+    for p in processes:
+        p.start()
+    try:
+        return [results.get(timeout=180) for _ in processes]
+    finally:
+        for p in processes:
+            p.join(60)
+            if p.is_alive():
+                p.kill()
+
+
+def in_background(run: Callable[[], object]) -> tuple[threading.Thread, list[BaseException]]:
+    """``run()`` in a thread; what it raised lands in the list."""
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            run()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, errors
+
+
 def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -303,6 +346,14 @@ def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
 def committed_batches(checkpoint: Path) -> list[int]:
     commits = checkpoint / "commits"
     return sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit()) if commits.is_dir() else []
+
+
+def committed_offset(checkpoint: Path) -> int | None:
+    """The log offset the last committed micro-batch reached (the last line of its offsets file)."""
+    done = committed_batches(checkpoint)
+    if not done:
+        return None
+    return json.loads((checkpoint / "offsets" / str(done[-1])).read_text().splitlines()[-1])["offset"]
 
 
 def plain(value: object) -> object:

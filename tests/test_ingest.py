@@ -198,11 +198,11 @@ def test_a_crash_between_the_two_commits_is_repaired_by_running_again(fixtures_d
     class CrashingOnRejected(DeltaRsTables):
         crashed = False
 
-        def append(self, name, data, schema, txn=None):
+        def append(self, name, data, schema, txn=None, read_version=None):
             if name == "rejected" and not self.crashed:
                 self.crashed = True
                 raise OSError("disk full")
-            return super().append(name, data, schema, txn)
+            return super().append(name, data, schema, txn, read_version)
 
     tables = CrashingOnRejected(str(tmp_path / "w"))
     with pytest.raises(OSError):

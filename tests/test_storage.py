@@ -80,7 +80,7 @@ def test_append_streams_a_record_batch_reader(tables: DeltaRsTables) -> None:
     assert tables.append("metadata_log", reader, LOG, txn=("ingest", 0))
     assert pulled == [0, 10, 20, 30, 40]
     assert offsets(tables, "metadata_log") == list(range(50))
-    assert tables.version("metadata_log") == 0  # one commit for all batches
+    assert tables.version("metadata_log") == 1  # created (version 0), then one commit for all batches
     # A plain iterable of batches, cast to the schema (int32 offsets become the table's int64).
     narrow = pa.record_batch({"offset": pa.array([50], pa.int32()), "type": ["x"], "BrokerHeartbeatRequest": [None]})
     assert tables.append("metadata_log", [narrow], LOG)
@@ -149,7 +149,7 @@ def test_reads_max_and_names(tables: DeltaRsTables) -> None:
     assert tables.max_value("responses", "id") is None
     got = tables.read_arrow("metadata_log", columns=["offset"], filter=pc.field("offset") > 4)
     assert sorted(got.column("offset").to_pylist()) == [5, 9, 12]
-    assert tables.version("metadata_log") == 2
+    assert tables.version("metadata_log") == 3  # created, then three appends
 
 
 def test_relative_and_file_uri_roots_become_absolute_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

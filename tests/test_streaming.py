@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import random
 import shutil
+import statistics
 import subprocess
+import time
 from pathlib import Path
+from typing import Callable
 
 import pyarrow.compute as pc
 import pytest
@@ -33,6 +38,7 @@ from streaming_helpers import (
     generate_log,
     ingest_jsonl,
     committed_batches,
+    committed_offset,
     controller_command,
     controller_env,
     kill_controller_when,
@@ -218,7 +224,7 @@ def _sink_ahead_of_checkpoint(warehouse: Path, checkpoint: Path) -> bool:
     return any((tables.txn_version(name, app_id) or -1) > done[-1] for name in TABLES if tables.exists(name))
 
 
-def test_sigkill_mid_run_then_restart_ends_as_an_uninterrupted_run(spark: SparkSession, tmp_path: Path) -> None:
+def test_sigkill_mid_run_twice_then_restart_ends_as_an_uninterrupted_run(spark: SparkSession, tmp_path: Path) -> None:
     log = generate_log(seed=3, size=KILL_LOG_SIZE)
     source = write_jsonl(log.events, tmp_path / "log.jsonl")
     killed = tmp_path / "killed"
@@ -230,23 +236,46 @@ def test_sigkill_mid_run_then_restart_ends_as_an_uninterrupted_run(spark: SparkS
                          tmp_path / "controller-killed.log", aim=lambda: _sink_ahead_of_checkpoint(killed, checkpoint))
     done_at_kill = committed_batches(checkpoint)
     assert len(done_at_kill) < batches, f"killed after all {batches} batches, not mid-run"
+    # and at a random moment of a random micro-batch of the restarted run
+    seed = int.from_bytes(os.urandom(4), "big")
+    rng = random.Random(seed)
+    target, fraction = len(done_at_kill) + rng.randint(1, 3), rng.random()
+    commit_times = sorted((checkpoint / "commits" / str(b)).stat().st_mtime for b in done_at_kill)
+    batch_seconds = statistics.median(b - a for a, b in zip(commit_times, commit_times[1:])) \
+        if len(commit_times) > 1 else 1.0
+    kill_controller_when(controller_command(killed, KILL_BATCH), lambda: len(committed_batches(checkpoint)) >= target,
+                         tmp_path / "controller-killed-again.log", aim=after(fraction * batch_seconds))
+    done_at_second_kill = committed_batches(checkpoint)
+    kills = (f"killed after batch {done_at_kill[-1]}, then {fraction:.2f} of a batch ({batch_seconds:.2f} s) after "
+             f"batch {target - 1} (seed {seed}; {len(done_at_second_kill)} batches committed by then)")
 
-    restarted = subprocess.run(controller_command(killed, KILL_BATCH), cwd=REPO_ROOT, env=controller_env(),
+    # the rest in micro-batches of any size: the batch cut short is re-run as planned, then come larger ones
+    restarted = subprocess.run(controller_command(killed, 1000), cwd=REPO_ROOT, env=controller_env(),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     finished = "\ncontroller: brokers" in restarted.stdout
-    assert finished and len(committed_batches(checkpoint)) == batches, (
+    assert finished and committed_offset(checkpoint) == len(log.events) - 1, (
         f"the restarted controller did not finish (exit {restarted.returncode}):\n{restarted.stdout[-4000:]}")
 
     uninterrupted = Warehouse(str(tmp_path / "uninterrupted"), spark=spark)
     ingest_jsonl(uninterrupted, source)
     run_controller(uninterrupted, tmp_path / "uninterrupted-checkpoint", 2, None)
     after_crash = warehouse_tables(Warehouse(str(killed), spark=spark))
-    assert_same_tables(after_crash, warehouse_tables(uninterrupted),
-                       f"killed after batch {done_at_kill[-1]} and restarted vs uninterrupted")
+    assert_same_tables(after_crash, warehouse_tables(uninterrupted), f"{kills} and restarted vs uninterrupted")
     history = [(r["applied_offset"], r["topic_id"], r["partition"]) for r in after_crash["partition_history"]]
     assert len(history) == len(set(history)), "partition_history has duplicate rows"
     assert len({r["offset"] for r in after_crash["rejected"]}) == len(after_crash["rejected"]) == len(log.invalid)
     assert restarted.returncode == 0, f"the restarted controller failed:\n{restarted.stdout[-4000:]}"
+
+
+def after(seconds: float) -> Callable[[], bool]:
+    """An aim for ``kill_controller_when``: true ``seconds`` after it is first asked."""
+    start: list[float] = []
+
+    def aim() -> bool:
+        start.append(time.monotonic())
+        return start[-1] - start[0] >= seconds
+
+    return aim
 
 
 def test_the_number_of_shards_changes_no_table() -> None:

@@ -142,6 +142,35 @@ def test_create_topics():
                                                              "Topic 'foo' already exists.")
 
 
+def test_excessive_number_of_topics_cannot_be_created():
+    """ReplicationControlManagerTest.testExcessiveNumberOfTopicsCannotBeCreated: 5000 + 5000 + 1 partitions
+    in one request is a PolicyViolationException before any topic is looked at; ControllerApis answers
+    every topic of the request with it."""
+    c = Kafka()
+    c.register_brokers(0, 1, 2)
+    c.unfence_brokers(0, 1, 2)
+    resp = c.request("CreateTopicsRequest", timeoutMs=1000, validateOnly=False, Topics=[
+        {"Name": name, "NumPartitions": n, "ReplicationFactor": 1, "Assignments": [], "Configs": []}
+        for name, n in (("foo", 5000), ("bar", 5000), ("baz", 1))])
+    assert [(t["Name"], t["ErrorCode"], t["ErrorMessage"]) for t in resp["Topics"]] == [
+        (name, error_code("POLICY_VIOLATION"), "Excessively large number of partitions per request.")
+        for name in ("foo", "bar", "baz")]
+    assert c.records == [] and c.image.topics == {}
+
+
+def test_excessive_number_of_topics_cannot_be_created_with_assignments():
+    """ReplicationControlManagerTest.testExcessiveNumberOfTopicsCannotBeCreatedWithAssignments: the default
+    partition count (9999) for NumPartitions -1 plus two manual assignments is one too many."""
+    c = Kafka(**{"num.partitions": "9999"})
+    c.register_brokers(0, 1, 2)
+    c.unfence_brokers(0, 1, 2)
+    resp = c.request("CreateTopicsRequest", timeoutMs=1000, validateOnly=False, Topics=[
+        {"Name": "foo", "NumPartitions": -1, "ReplicationFactor": 1, "Assignments": [], "Configs": []},
+        {"Name": "baz", "NumPartitions": -1, "ReplicationFactor": -1, "Configs": [],
+         "Assignments": [{"PartitionIndex": 1, "BrokerIds": []}, {"PartitionIndex": 2, "BrokerIds": []}]}])
+    assert {t["ErrorCode"] for t in resp["Topics"]} == {error_code("POLICY_VIOLATION")}
+
+
 def test_create_topics_isr_invariants():
     """ReplicationControlManagerTest.testCreateTopicsISRInvariants: 2 is fenced and 1 in controlled
     shutdown, so only 0 is in the ISR and leads."""
@@ -649,6 +678,26 @@ def test_create_partitions():
         ("foo2", invalid_assignment, "The manual partition assignment includes broker 2, but no such broker is "
                                      "registered.")]
     assert c.get(c.image.topic_ids["foo"], 5).directories == (DIR_UNASSIGNED, dir_3)
+
+
+def test_create_partitions_beyond_the_records_of_one_operation_is_refused_before_placing():
+    """Kafka's QuorumController.MAX_RECORDS_PER_USER_OP: its BoundedList of records overflows past 10,000
+    (BoundedListTooLongException, answered UNKNOWN_SERVER_ERROR with its message); Kafka places the whole
+    count first, which for 2^31 - 1 partitions never ends. Here the count is checked first."""
+    c = Kafka()
+    c.register_brokers(0, 1, 2)
+    c.unfence_brokers(0, 1, 2)
+    c.create_test_topic("foo", [[0, 1, 2]])
+    for count in (10_002, 2**31 - 1):
+        resp = c.request("CreatePartitionsRequest", TimeoutMs=1000, ValidateOnly=False,
+                         Topics=[{"Name": "foo", "Count": count, "Assignments": None}])
+        assert [(r["ErrorCode"], r["ErrorMessage"]) for r in resp["Results"]] == [(
+            error_code("UNKNOWN_SERVER_ERROR"),
+            "Cannot add another element to the list because it would exceed the maximum length of 10000")]
+        assert c.records == []
+    resp = c.request("CreatePartitionsRequest", TimeoutMs=1000, ValidateOnly=False,
+                     Topics=[{"Name": "foo", "Count": 10_001, "Assignments": None}])
+    assert resp["Results"][0]["ErrorCode"] == 0 and len(c.records) == 10_000
 
 
 def test_create_partitions_fails_when_all_brokers_are_fenced_or_in_controlled_shutdown():

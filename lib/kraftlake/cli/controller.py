@@ -10,7 +10,9 @@ responses (its answer to each request) and rejected (what does not apply). A sec
 metadata quorum's traffic (VoteRequest, FetchRequest, ... addressed to replicas) into quorum_state,
 quorum_replicas and quorum_events (``kraftlake.spark.quorum_query``). The checkpoints live in
 kraftlake.checkpoints/controller, by default W/_checkpoints/controller (the quorum query's in its quorum/
-folder); kill the job at any point and start it again: the tables end as if it had never stopped.
+folder); kill the job at any point and start it again: the tables end as if it had never stopped. One
+controller runs per warehouse: it holds the lease W/_leases/controller, and a second one started on the
+same warehouse is refused, naming the running one (``kraftlake.storage.lease``).
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ import argparse
 import sys
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
-from kraftlake.cli.runtime import checkpoint_location, kafka_configs, meter, open_warehouse
+from kraftlake.cli.runtime import (checkpoint_location, kafka_configs, meter, open_warehouse, storage_options,
+                                   warehouse_root)
 from kraftlake.metadata.progress import NEVER
 from kraftlake.spark.controller_query import ControllerSettings, reset, run
+from kraftlake.storage.lease import Lease
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,24 +42,26 @@ def main(argv: list[str] | None = None) -> int:
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     config = config_from_args(args)
-    warehouse = open_warehouse(config, "kraftlake-controller")
+    root = warehouse_root(config, "controller")
+    ttl_ms = config.get_int("kraftlake.controller.lease.ttl.ms", minimum=1)
     try:
-        checkpoint = checkpoint_location(config, warehouse, "controller", args.checkpoint)
-    except RuntimeError as exc:
-        print(f"controller: {exc}", file=sys.stderr)
-        return 1
-    limit = args.max_records_per_batch or config.get_int("kraftlake.controller.max.records.per.batch", minimum=0)
-    settings = ControllerSettings(
-        shards=args.shards or config.get_int("kraftlake.shards", minimum=1), checkpoint=checkpoint,
-        once=args.once, max_records_per_batch=limit or None,
-        trigger_interval_ms=config.get_int("kraftlake.controller.trigger.interval.ms", minimum=0),
-        kafka_config=kafka_configs(config))
-    if args.reset:
-        reset(warehouse, checkpoint)
-    try:
-        finished = run(warehouse, settings, meter(config, "controller", "offsets"),
-                       status_every=None if config.get_str("kraftlake.progress") == NEVER else
-                       config.get_int("kraftlake.controller.status.interval.ms", minimum=1) / 1000)
+        # the lease first: a second controller is turned away before it starts Spark or touches anything
+        with Lease(root, "controller", ttl_ms, storage_options=storage_options(config)).held() as lease:
+            warehouse = open_warehouse(config, "kraftlake-controller", root=root)
+            checkpoint = checkpoint_location(config, warehouse, "controller", args.checkpoint)
+            limit = args.max_records_per_batch or config.get_int("kraftlake.controller.max.records.per.batch",
+                                                                 minimum=0)
+            settings = ControllerSettings(
+                shards=args.shards or config.get_int("kraftlake.shards", minimum=1), checkpoint=checkpoint,
+                once=args.once, max_records_per_batch=limit or None,
+                trigger_interval_ms=config.get_int("kraftlake.controller.trigger.interval.ms", minimum=0),
+                kafka_config=kafka_configs(config), lease_ttl_ms=ttl_ms)
+            if args.reset:
+                reset(warehouse, checkpoint)
+            finished = run(warehouse, settings, meter(config, "controller", "offsets"),
+                           status_every=None if config.get_str("kraftlake.progress") == NEVER else
+                           config.get_int("kraftlake.controller.status.interval.ms", minimum=1) / 1000,
+                           lease=lease)
     except RuntimeError as exc:
         print(f"controller: {exc}", file=sys.stderr)
         return 1
@@ -67,4 +73,3 @@ def main(argv: list[str] | None = None) -> int:
               if warehouse.exists(name)}
     print("controller: " + ", ".join(f"{name} {count:,}" for name, count in counts.items()))
     return 0
-

@@ -8,6 +8,7 @@ from kraftlake.metadata.config import STORAGE_PREFIX, Config
 from kraftlake.metadata.progress import Meter, wanted
 from kraftlake.spark.session import get_spark
 from kraftlake.storage import Warehouse
+from kraftlake.storage.deltars import DeltaRsTables, FormatError
 
 # Hadoop's filesystem for S3; Spark writes checkpoints through Hadoop, so s3a:// is where they go on S3
 S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
@@ -18,12 +19,24 @@ def storage_options(config: Config) -> dict[str, str]:
     return {k[len(STORAGE_PREFIX):]: v for k, v in config.subset(STORAGE_PREFIX).items() if v.strip()}
 
 
-def open_warehouse(config: Config, app_name: str, with_spark: bool = True) -> Warehouse:
-    """The configured warehouse; with a Spark session unless the job only commits through delta-rs."""
+def warehouse_root(config: Config, app_name: str) -> str:
+    """The configured warehouse, once its tables are in a format this release reads; else the job exits
+    with the migration to make (``DeltaRsTables.check_format``), before it starts Spark or writes."""
+    root = config.get_path("kraftlake.warehouse")
+    try:
+        DeltaRsTables(root, storage_options(config)).check_format()
+    except FormatError as exc:
+        raise SystemExit(f"{app_name}: {exc}") from None
+    return root
+
+
+def open_warehouse(config: Config, app_name: str, with_spark: bool = True, root: str | None = None) -> Warehouse:
+    """The configured warehouse (``root``: one ``warehouse_root`` checked already); with a Spark session
+    unless the job only commits through delta-rs."""
+    root = root or warehouse_root(config, app_name)
     engine = config.get_str("kraftlake.engine")
     spark = get_spark(config, app_name) if with_spark or engine != "delta-rs" else None
-    return Warehouse(config.get_path("kraftlake.warehouse"), engine=engine, spark=spark,
-                     storage_options=storage_options(config))
+    return Warehouse(root, engine=engine, spark=spark, storage_options=storage_options(config))
 
 
 def checkpoint_location(config: Config, warehouse: Warehouse, query: str, given: str | None = None) -> str:

@@ -29,6 +29,10 @@ from kraftlake.metadata.config import setting
 T = TypeVar("T")
 
 MAX_TOPIC_NAME_LENGTH = 249
+# Kafka's bounds on what one request may create (ReplicationControlManager.MAX_PARTITIONS_PER_BATCH, checked
+# before anything else; QuorumController.MAX_RECORDS_PER_USER_OP, the length of its BoundedList of records)
+MAX_PARTITIONS_PER_BATCH = 10_000
+MAX_RECORDS_PER_USER_OP = 10_000
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 _METADATA_TOPIC_ID = uuids.from_bytes(bytes(15) + b"\x01")  # reserved for __cluster_metadata
 _TOPIC_CONFIG_SOURCE = 1  # DescribeConfigs ConfigSource TOPIC_CONFIG
@@ -319,12 +323,22 @@ def _topic_configs(topic: dict) -> dict[str, str]:
     return {c["Name"]: c["Value"] for c in topic["Configs"]}
 
 
+def _total_partitions(topics: list[dict], config: Mapping[str, str]) -> int:
+    """The partitions a CreateTopics request asks for at most (``validateTotalNumberOfPartitions``)."""
+    default = int(setting(config, "num.partitions"))
+    return sum(len(t["Assignments"]) if t["Assignments"] else default if t["NumPartitions"] == -1
+               else max(t["NumPartitions"], 0) for t in topics)
+
+
 def create_topics(image: ClusterImage, request: dict, ctx: Context) -> Decision:
     """CreateTopicsRequest v0-7: TopicRecord, then the topic's ConfigRecords, then its PartitionRecords,
-    per topic created; nothing at all when ``validateOnly``."""
+    per topic created; nothing at all when ``validateOnly``. A request for more than
+    ``MAX_PARTITIONS_PER_BATCH`` partitions in all fails whole, every topic POLICY_VIOLATION, as Kafka's
+    error response to the PolicyViolationException it throws before looking at any topic."""
     version, body = request["version"], request["data"]
     names = [t["Name"] for t in body["Topics"]]
     duplicates = _duplicates(names)
+    too_many = _total_partitions(body["Topics"], ctx.config) > MAX_PARTITIONS_PER_BATCH
     placer = StripedPlacer(image, random.Random(ctx.offset), ctx.shutting_down)
     taken = set(image.topics)
     records, results = [], []
@@ -334,6 +348,8 @@ def create_topics(image: ClusterImage, request: dict, ctx: Context) -> Decision:
         taken.add(topic_id)
         result = {**struct_defaults("CreateTopicsResponse", "Topics"), "Name": name, "ErrorMessage": None}
         try:
+            if too_many:
+                raise Refused("POLICY_VIOLATION", "Excessively large number of partitions per request.")
             if name in duplicates:
                 raise Refused("INVALID_REQUEST", "Duplicate topic name.")
             check_topic_name(image, name)
@@ -376,6 +392,11 @@ def _new_partitions(image: ClusterImage, topic: dict, placer: StripedPlacer) -> 
         raise Refused("INVALID_PARTITIONS", f"The topic {topic['Name']} currently has {current} partition(s); "
                       f"{count} would not be an increase.")
     additional = count - current
+    if additional > MAX_RECORDS_PER_USER_OP:
+        # Kafka's BoundedList of records overflows (after placing them all, which for 2^31 partitions
+        # never ends); refused before placing here, and per topic: a shard sees its own topics' counts only
+        raise Refused("UNKNOWN_SERVER_ERROR", "Cannot add another element to the list because it would exceed "
+                      f"the maximum length of {MAX_RECORDS_PER_USER_OP}")
     assignments = topic["Assignments"]
     if assignments is not None and len(assignments) != additional:
         raise Refused("INVALID_REPLICA_ASSIGNMENT", f"Attempted to add {additional} additional partition(s), "

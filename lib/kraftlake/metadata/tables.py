@@ -16,6 +16,19 @@ import pyarrow as pa
 
 from kraftlake.metadata.schemas import ARROW_PRIMITIVES, registry, schema_dir
 
+# The warehouse format: every table a release creates carries the Delta table property FORMAT_PROPERTY
+# with the format it writes; jobs refuse a warehouse holding a format they cannot read, with what to do.
+# A release that changes what a table holds (columns, their meaning, the state the checkpoint keeps)
+# bumps FORMAT_VERSION, says here what changed, and either reads the older format or names the migration.
+FORMAT_PROPERTY = "kraftlake.format.version"
+FORMAT_VERSION = 2
+FORMATS = {
+    1: "tables without a format property, as release c283518 and earlier wrote them",
+    2: "the tables of format 1, stamped with kraftlake.format.version; the controller's lease in _leases/",
+}
+UNMARKED_FORMAT = 1  # a table without the property
+READABLE_FORMATS = (1, 2)
+
 # The envelope of the quorum's traffic (KIP-595 messages between replicas); null on every other event.
 ENVELOPE_COLUMNS = ("source_id", "destination_id", "correlation_id")
 FIXED_COLUMNS = ("offset", "leader_epoch", "timestamp", "type", "version", "source", "position", *ENVELOPE_COLUMNS)

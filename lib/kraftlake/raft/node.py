@@ -435,6 +435,7 @@ class RaftNode:
                 # unanswered for the request timeout is forgotten and the next one asks another voter
                 if self._inflight.pop(self.leader_id, None) is not None:
                     self._fetch_elsewhere = self.leader_id
+                # with no other voter to ask (an observer that knows none, a lone voter), only its leader
                 target = self.leader_id if self._fetch_elsewhere is None or not self._other_voters() else \
                     self._any_voter(self._fetch_elsewhere)
                 self._fetch_elsewhere = None

@@ -15,6 +15,7 @@ import base64
 import json
 import operator
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, TextIO
 
@@ -31,10 +32,11 @@ from kraftlake.metadata.progress import Meter
 from kraftlake.metadata.schemas import StructSpec, registry
 from kraftlake.metadata.tables import (FIXED_COLUMNS, derived_tables, metadata_log_schema, table_arrow_schema, table_keys,
                                        tables_of)
-from kraftlake.spark.queries import (LogProgress, MetadataLogEnd, delete_dir, group_keys, query_id, start_sink,
-                                     supervise)
+from kraftlake.spark.queries import (LogProgress, MetadataLogEnd, delete_dir, group_keys, parse_state, query_id,
+                                     start_sink, supervise)
 from kraftlake.spark.quorum_query import start_quorum
 from kraftlake.storage import NATIVE, PAYLOAD, Warehouse
+from kraftlake.storage.lease import Lease
 from kraftlake.storage.tables import controller_log_schema, controller_log_to_arrow, rows_to_arrow
 
 STATE_TABLES = tables_of("controller", "state")
@@ -57,6 +59,12 @@ class ControllerSettings:
     max_records_per_batch: int | None = None
     trigger_interval_ms: int = field(default_factory=lambda: int(defaults()["kraftlake.controller.trigger.interval.ms"]))
     kafka_config: Mapping[str, str] = field(default_factory=dict)  # broker.session.timeout.ms, ...
+    lease_ttl_ms: int = field(default_factory=lambda: int(defaults()["kraftlake.controller.lease.ttl.ms"]))
+
+
+def controller_lease(warehouse: Warehouse, settings: ControllerSettings) -> Lease:
+    """The warehouse's controller lease (``storage.lease``): one controller per warehouse."""
+    return Lease(warehouse.root, "controller", settings.lease_ttl_ms, storage_options=warehouse.storage_options)
 
 
 def _plan(spec: StructSpec) -> tuple[tuple[str, ...], tuple[Any, ...]]:
@@ -212,7 +220,7 @@ def _load_state(shard: int, raw: bytes | None) -> ShardState:
         if cached is not None and cached[0] == raw[4:20]:
             return cached[1]
         raw = raw[20:]
-    return ShardState.from_bytes(raw)
+    return parse_state(f"controller shard {shard}'s state", lambda: ShardState.from_bytes(raw))
 
 
 def outputs_frame(outputs: list[Output | Block]) -> Any:
@@ -380,9 +388,12 @@ def reset(warehouse: Warehouse, checkpoint: str) -> None:
 
 
 def check_start(warehouse: Warehouse, checkpoint: str) -> None:
-    """Derived tables without a checkpoint would be replayed into twice: refuse with the remedy."""
+    """Derived tables without a checkpoint would be replayed into twice: refuse with the remedy. Tables
+    that were only created (a run killed before Spark wrote its checkpoint) hold nothing to replay into
+    twice, and do not count."""
     if query_id(checkpoint, warehouse.storage_options) is None:
-        leftovers = [name for name in derived_tables() if warehouse.exists(name)]
+        leftovers = [name for name in derived_tables() if warehouse.exists(name)
+                     and (warehouse.version(name) > 0 or warehouse.read_arrow(name, columns=[]).num_rows)]
         if leftovers:
             raise RuntimeError(
                 f"the checkpoint {checkpoint} is missing but {', '.join(leftovers)} exist: they were built by "
@@ -435,14 +446,20 @@ def start(warehouse: Warehouse, settings: ControllerSettings):
 
 
 def run(warehouse: Warehouse, settings: ControllerSettings, meter: Meter | None = None,
-        status_every: float | None = None, out: TextIO | None = None) -> bool:
+        status_every: float | None = None, out: TextIO | None = None, lease: Lease | None = None) -> bool:
     """Run the controller query and the quorum query (``quorum_query``) until they end (``--once``) or
     forever; False if stopped by a signal (see ``queries.supervise``). Progress in log offsets goes to
     ``meter``; when running continuously, a status line every ``status_every`` seconds says how far behind
-    the log's end the controller is."""
-    query = start(warehouse, settings)
-    quorum = start_quorum(warehouse, settings.checkpoint, settings.once, settings.kafka_config,
-                          settings.max_records_per_batch, settings.trigger_interval_ms)
-    meter = meter or Meter("controller", "offsets", enabled=False, out=out)
-    progress = LogProgress(MetadataLogEnd(warehouse), meter, settings.once, status_every)
-    return supervise({"controller": query, "quorum": quorum}, settings.once, progress, out)
+    the log's end the controller is.
+
+    Holds the warehouse's controller lease throughout (``lease``, if the caller took it already; else it
+    is taken here, and ``LeaseHeld`` raised if another controller holds it). Losing it stops the queries."""
+    holding = nullcontext(lease) if lease is not None else controller_lease(warehouse, settings).held()
+    with holding as held:
+        query = start(warehouse, settings)
+        quorum = start_quorum(warehouse, settings.checkpoint, settings.once, settings.kafka_config,
+                              settings.max_records_per_batch, settings.trigger_interval_ms)
+        meter = meter or Meter("controller", "offsets", enabled=False, out=out)
+        progress = LogProgress(MetadataLogEnd(warehouse), meter, settings.once, status_every)
+        return supervise({"controller": query, "quorum": quorum}, settings.once, settings.checkpoint, progress,
+                         out, held)

@@ -8,11 +8,14 @@ module) lets each depend on it without depending on the other.
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
 import sys
 import threading
 import time
-from typing import Any, Callable, Mapping, TextIO
+import zlib
+from typing import Any, Callable, Mapping, TextIO, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,6 +23,7 @@ import pyarrow.fs as pafs
 
 from kraftlake.metadata.progress import Meter
 from kraftlake.storage.deltars import DeltaRsTables, StorageOptions, filesystem
+from kraftlake.storage.lease import Lease
 
 Sink = Callable[[Any, tuple[str, int]], Any]
 
@@ -120,17 +124,100 @@ def start_sink(outputs: Any, name: str, checkpoint: str, once: bool, trigger_int
     return writer.start()
 
 
-def supervise(queries: Mapping[str, Any], once: bool, on_progress: Callable[[dict | None], None] | None = None,
-              out: TextIO | None = None) -> bool:
+# Starts the error of a state the state store gave back intact but that does not parse: written by a
+# release with another state layout, or damaged where no checksum looked.
+DAMAGED_STATE = "damaged state:"
+# What Spark and the state loaders say when a checkpoint file does not read back as it was written.
+# Root causes first: the message quotes the first one found.
+DAMAGE_MARKERS = ("Stream is corrupted", "ChecksumException", "java.io.EOFException", DAMAGED_STATE,
+                  "MALFORMED_LOG_FILE", "CANNOT_LOAD_STATE_STORE")
+NO_SPACE = "No space left on device"
+OUT_OF_MEMORY = "java.lang.OutOfMemoryError"
+T = TypeVar("T")
+
+
+def parse_state(what: str, parse: Callable[[], T]) -> T:
+    """``parse()``, a state read from the state store; any failure is reported as damage (``DAMAGED_STATE``)."""
+    try:
+        return parse()
+    except Exception as exc:
+        raise ValueError(f"{DAMAGED_STATE} {what} in the state store does not parse "
+                         f"({type(exc).__name__}: {exc})") from exc
+
+
+def damaged_files(checkpoint: str) -> list[str]:
+    """Checkpoint files whose content no longer matches the CRC32s Hadoop's local file system wrote beside
+    them (``.<name>.crc``: a header, the bytes per checksum, then one CRC32 per chunk). Spark does not
+    check them when it reads state files back; this says which file broke. Object stores have no such
+    files: there the list is empty and the error names the checkpoint folder."""
+    fs, base = filesystem(checkpoint)
+    damaged = []
+    for info in fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True)):
+        folder, name = os.path.split(info.path)
+        if info.type != pafs.FileType.File or not (name.startswith(".") and name.endswith(".crc")):
+            continue
+        data_path = f"{folder}/{name[1:-4]}"
+        with fs.open_input_stream(info.path) as stream:
+            sums = stream.read()
+        try:
+            with fs.open_input_stream(data_path) as stream:
+                data = stream.read()
+        except FileNotFoundError:
+            continue  # Spark deletes old files and their checksums one after the other
+        chunk = int.from_bytes(sums[4:8], "big") if sums[:4] == b"crc\0" else 0
+        expected = [int.from_bytes(sums[i:i + 4], "big") for i in range(8, len(sums), 4)]
+        if chunk <= 0 or expected != [zlib.crc32(data[i:i + chunk]) for i in range(0, len(data), chunk)]:
+            damaged.append(data_path)
+    return sorted(damaged)
+
+
+def _cause(error: str, marker: str) -> str:
+    line = next((line for line in error.splitlines() if marker in line), error.splitlines()[0] if error else "")
+    return line.strip()[:400]
+
+
+def failure_message(name: str, error: str, checkpoint: str) -> str:
+    """A failed query's error as its operator needs it: a full disk, memory run out or a damaged checkpoint
+    said in words, with the file and the remedy; anything else as Spark reported it."""
+    if NO_SPACE in error:
+        return (f"the {name} query stopped: no space left on the device ({_cause(error, NO_SPACE)}). Nothing "
+                "is lost or half-written: the micro-batch it was writing is finished by the next start, from "
+                "the checkpoint, with the Delta transactions skipping what was committed. Free space, then "
+                "start the controller again.")
+    if OUT_OF_MEMORY in error:
+        return (f"the {name} query ran out of memory ({_cause(error, OUT_OF_MEMORY)}). Its micro-batch is planned "
+                "in the checkpoint and is re-run at the same size by the next start: give the driver more "
+                "memory (spark-submit --driver-memory, or spark.driver.memory where the launcher reads it), "
+                "then start again; kraftlake.controller.max.records.per.batch bounds the micro-batches after it.")
+    marker = next((m for m in DAMAGE_MARKERS if m in error), None)
+    if marker is None:
+        return f"the {name} query failed: {error}"
+    local = filesystem(checkpoint)[1]
+    files = damaged_files(checkpoint) or sorted(set(re.findall(re.escape(local) + r"/[^\s:;,'\"()\[\]]+", error)))
+    where = ", ".join(files) if files else \
+        f"a file it reads back (Spark does not say which, and no file under {checkpoint} fails its checksum)"
+    return (f"the {name} query cannot continue from its checkpoint: {where} is damaged "
+            f"({_cause(error, marker)}). The tables are as the last completed micro-batch left them and nothing "
+            "more is written. Remedy: start the controller with --reset, which deletes the checkpoint and the "
+            "tables derived from metadata_log and replays the log from offset 0.")
+
+
+def supervise(queries: Mapping[str, Any], once: bool, checkpoint: str,
+              on_progress: Callable[[dict | None], None] | None = None, out: TextIO | None = None,
+              lease: Lease | None = None) -> bool:
     """Wait for the queries until they end (``once``) or forever; False if stopped by a signal. One failed
-    query stops the others and raises. ``on_progress`` sees the first query's ``lastProgress`` about once a
-    second (``LogProgress`` turns it into progress and status lines).
+    query stops the others and raises, saying why (see ``failure_message``; ``checkpoint`` is the folder
+    holding every query's checkpoint); so does losing ``lease`` (another process took the warehouse over:
+    writing on would race it). ``on_progress`` sees the first query's ``lastProgress`` about once a second
+    (``LogProgress`` turns it into progress and status lines).
 
     SIGINT and SIGTERM only set a flag that the loop checks every second before it stops the queries: the
     driver's main thread is usually inside a py4j call when they arrive, and stopping a query from the
     handler itself would re-enter py4j (pyspark's own SIGINT handler does, and prints tracebacks). A batch
     in flight is cut short; the checkpoint and the Delta transactions make the next start finish it.
     """
+    from pyspark.errors import StreamingQueryException
+
     out = out or sys.stderr
     main_name, main = next(iter(queries.items()))
     stop_requested: list[int] = []
@@ -140,7 +227,14 @@ def supervise(queries: Mapping[str, Any], once: bool, on_progress: Callable[[dic
                     for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         while any(q.isActive for q in queries.values()) and not stop_requested:
-            next((q for q in queries.values() if q.isActive), main).awaitTermination(1)
+            try:
+                next((q for q in queries.values() if q.isActive), main).awaitTermination(1)
+            except StreamingQueryException:
+                pass  # the query failed: said below, once the others are stopped
+            if lease is not None and lease.lost is not None:
+                for q in queries.values():
+                    q.stop()
+                raise RuntimeError(f"stopped: {lease.lost}")
             if not once and not all(q.isActive for q in queries.values()):
                 break  # one query failed: stop the others and report
             if on_progress is not None:
@@ -155,7 +249,7 @@ def supervise(queries: Mapping[str, Any], once: bool, on_progress: Callable[[dic
             if q.exception() is not None:
                 for other in queries.values():
                     other.stop()
-                raise RuntimeError(f"the {name} query failed: {q.exception()}")
+                raise RuntimeError(failure_message(name, str(q.exception()), checkpoint))
         return True
     finally:
         for sig, handler in previous.items():

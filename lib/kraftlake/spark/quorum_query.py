@@ -22,7 +22,7 @@ from typing import Any, Iterator, Mapping
 from kraftlake.metadata.schemas import QUORUM_TRAFFIC
 from kraftlake.metadata.tables import metadata_log_schema, table_arrow_schema, table_keys, tables_of
 from kraftlake.raft.replica import Replica
-from kraftlake.spark.queries import start_sink
+from kraftlake.spark.queries import parse_state, start_sink
 from kraftlake.storage import Warehouse
 from kraftlake.storage.tables import rows_to_arrow
 
@@ -66,7 +66,9 @@ def replica_function(properties: Mapping[str, str]):
     def run(key: tuple, frames: Iterator[Any], state: Any) -> Iterator[Any]:
         import pandas as pd
 
-        replica = Replica.from_json(state.get[0] if state.exists else None, int(key[0]), properties)
+        replica_id = int(key[0])
+        replica = parse_state(f"quorum replica {replica_id}'s state", lambda: Replica.from_json(
+            state.get[0] if state.exists else None, replica_id, properties))
         events = sorted((event_of(r) for frame in frames for r in frame.to_dict("records")),
                         key=lambda e: e["offset"])
         rows: list[tuple[str, int, dict]] = []

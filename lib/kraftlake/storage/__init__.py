@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from kraftlake.storage.deltars import PAYLOAD, ArrowData, DeltaRsTables, StorageOptions, Txn
+from kraftlake.storage.deltars import PAYLOAD, ArrowData, Conflict, DeltaRsTables, StorageOptions, Txn
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -67,19 +67,21 @@ class Warehouse(DeltaRsTables):
             raise ValueError("reading tables as Spark DataFrames needs Warehouse(..., spark=session)")
         return self.spark
 
-    def append(self, name: str, data: ArrowData | DataFrame, schema: pa.Schema, txn: Txn | None = None) -> bool:
+    def append(self, name: str, data: ArrowData | DataFrame, schema: pa.Schema, txn: Txn | None = None,
+               read_version: int | None = None) -> bool:
         """As :meth:`DeltaRsTables.append`; a DataFrame is written by the native connector when the
         engine is native, else collected to the driver as Arrow (fine for micro-batch outputs)."""
         if _is_spark(data):
-            if self.engine == NATIVE:
+            if self.engine == NATIVE and read_version is None:
                 from kraftlake.storage import native
 
                 if self._already_committed(name, txn):
                     return False
+                self.create_if_missing(name, schema)
                 native.append(data, self.path(name), txn)
                 return True
             data = data.toArrow()
-        return super().append(name, data, schema, txn)
+        return super().append(name, data, schema, txn, read_version)
 
     def upsert(
         self,
@@ -167,4 +169,4 @@ class Warehouse(DeltaRsTables):
         return reader.load(self.path(name))
 
 
-__all__ = ["DELTA_RS", "NATIVE", "AUTO", "PAYLOAD", "DeltaRsTables", "Warehouse", "resolve_engine"]
+__all__ = ["DELTA_RS", "NATIVE", "AUTO", "PAYLOAD", "Conflict", "DeltaRsTables", "Warehouse", "resolve_engine"]

@@ -4,6 +4,12 @@ No pyspark import here: the Spark data source imports this module on executors, 
 from the driver through it whether or not a SparkSession exists. Every write that must happen once
 carries a Delta application transaction ``(app_id, version)`` in the same commit as its data (ADR 0001),
 so a retried micro-batch is skipped instead of duplicated.
+
+Several processes may write one warehouse at once (two ingests, an ingest and the controller). Every
+commit is a conditional create of the next ``_delta_log`` entry, on local disks and on object stores
+alike, so a write that must not interleave with others (ingest's offsets continue the log) is committed
+on top of the version it was planned on, or not at all (``Conflict``); and an append carrying a
+transaction re-checks it after losing a race, so two writers of one transaction commit it once.
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
+from deltalake.exceptions import CommitFailedError
+
+from kraftlake.metadata.tables import FORMAT_PROPERTY, FORMAT_VERSION, FORMATS, READABLE_FORMATS, UNMARKED_FORMAT
 
 ArrowData = Union[pa.Table, pa.RecordBatchReader, Iterable[pa.RecordBatch]]
 Txn = tuple[str, int]
@@ -34,6 +43,19 @@ WRITER = WriterProperties(max_row_group_size=ROW_GROUP_ROWS)
 
 # The string column a stream's ``json_payload`` columns are folded into (``Warehouse.read_stream``).
 PAYLOAD = "payload"
+
+# Commits an append makes before giving up when other writers keep committing first (each loss costs
+# one small log read; losing this often means the table is written in a tight loop by someone else).
+COMMIT_ATTEMPTS = 100
+
+
+class Conflict(RuntimeError):
+    """Another writer committed to the table after the version a conditional write was planned on."""
+
+
+class FormatError(RuntimeError):
+    """The warehouse holds a table in a format this release does not read (``metadata.tables.FORMATS``)."""
+
 
 # Marks the rows of an upsert's source that delete their key; never reaches the target table.
 _DELETE_FLAG = "__kraftlake_delete"
@@ -333,7 +355,41 @@ class DeltaRsTables:
         return self.table(name).version()
 
     def create_if_missing(self, name: str, schema: pa.Schema) -> None:
-        DeltaTable.create(self.path(name), schema, mode="ignore", storage_options=self.storage_options)
+        """Create the table, stamped with the warehouse format this release writes (``FORMAT_PROPERTY``),
+        unless it exists; a concurrent creator winning the race is fine."""
+        if self.exists(name):
+            return
+        try:  # no retry: a creator that lost the race would commit a second creation on top
+            DeltaTable.create(self.path(name), schema, mode="ignore",
+                              configuration={FORMAT_PROPERTY: str(FORMAT_VERSION)}, raise_if_key_not_exists=False,
+                              commit_properties=CommitProperties(max_commit_retries=0),
+                              storage_options=self.storage_options)
+        except CommitFailedError:
+            if not self.exists(name):
+                raise
+
+    def format_versions(self) -> dict[str, str]:
+        """Each table's ``FORMAT_PROPERTY`` (``UNMARKED_FORMAT`` for a table made before formats were written)."""
+        return {name: self.table(name).metadata().configuration.get(FORMAT_PROPERTY, str(UNMARKED_FORMAT))
+                for name in self.names()}
+
+    def check_format(self) -> dict[str, str]:
+        """``format_versions``, or ``FormatError`` naming the first table this release cannot read and
+        what to do: a newer release's table needs that release; an older, unreadable one a rebuild."""
+        versions = self.format_versions()
+        readable = {str(v) for v in READABLE_FORMATS}
+        for name, version in versions.items():
+            if version in readable:
+                continue
+            known = "; ".join(f"{v}: {FORMATS[v]}" for v in READABLE_FORMATS)
+            newer = version.isdigit() and int(version) > FORMAT_VERSION
+            remedy = ("it was written by a newer kraftlake: run that release (or a later one) on this warehouse"
+                      if newer else
+                      "no release reads it as it is: ingest the original logs and events into a new warehouse "
+                      "with this release, and run the controller there")
+            raise FormatError(f"{self.path(name)} has warehouse format {version!r} ({FORMAT_PROPERTY}), and this "
+                              f"release reads formats {known}. Migration: {remedy}.")
+        return versions
 
     def txn_version(self, name: str, app_id: str) -> int | None:
         if not self.exists(name):
@@ -350,26 +406,50 @@ class DeltaRsTables:
     def _commit_properties(txn: Txn | None) -> CommitProperties | None:
         return None if txn is None else CommitProperties(app_transactions=[Transaction(txn[0], txn[1])])
 
-    def append(self, name: str, data: ArrowData, schema: pa.Schema, txn: Txn | None = None) -> bool:
+    def append(self, name: str, data: ArrowData, schema: pa.Schema, txn: Txn | None = None,
+               read_version: int | None = None) -> bool:
         """Append in one commit, carrying ``txn``; False (nothing written) if ``txn`` is already committed.
 
         A reader or iterable is streamed to the writer batch by batch, so memory stays bounded by the
         writer's file buffer. ``schema_mode="merge"`` lets a schema that gained nullable columns (a
         new message type's struct column) extend the table; it adds no metadata action when nothing
         changed. An empty append still commits ``txn``, so the batch counts as done.
+
+        ``read_version``: commit exactly on top of that version, or raise ``Conflict`` (nothing
+        committed) if anyone committed since. Without it, an append that loses a race to another
+        writer is tried again on the new version (appends commute), ``txn`` checked again first; a
+        stream, which cannot be read twice, is left to delta-rs' own retries instead.
         """
-        if self._already_committed(name, txn):
-            return False
-        write_deltalake(
-            self.path(name),
-            _as_reader(data, schema),
-            mode="append",
-            schema_mode="merge",
-            commit_properties=self._commit_properties(txn),
-            storage_options=self.storage_options,
-            writer_properties=WRITER,
-        )
-        return True
+        self.create_if_missing(name, schema)
+        reusable = isinstance(data, pa.Table)
+        retries = 0 if reusable or read_version is not None else None
+        for _ in range(COMMIT_ATTEMPTS):
+            table = self.table(name) if read_version is None else \
+                DeltaTable(self.path(name), version=read_version, storage_options=self.storage_options)
+            committed = None if txn is None else table.transaction_version(txn[0])
+            if committed is not None and committed >= txn[1]:
+                return False
+            properties = CommitProperties(app_transactions=None if txn is None else [Transaction(txn[0], txn[1])],
+                                          max_commit_retries=retries)
+            try:
+                write_deltalake(table, _as_reader(data, schema), mode="append", schema_mode="merge",
+                                commit_properties=properties, writer_properties=WRITER)
+                return True
+            except CommitFailedError as exc:
+                if read_version is not None:
+                    raise Conflict(f"{self.path(name)}: another writer committed after version {read_version}") \
+                        from exc
+                if not reusable:
+                    raise
+        raise Conflict(f"{self.path(name)}: {COMMIT_ATTEMPTS} appends in a row lost to other writers' commits")
+
+    def snapshot_max(self, name: str, column: str) -> tuple[int | None, Any]:
+        """(version, max of ``column`` in that version): what a write planned on the table's current end
+        passes as ``read_version``; (None, None) when there is no table yet."""
+        if not self.exists(name):
+            return None, None
+        table = self.table(name)
+        return table.version(), column_max(table, column)
 
     def upsert(
         self,

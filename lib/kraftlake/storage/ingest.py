@@ -5,6 +5,10 @@ application transaction named after the source's content, so ingesting the same 
 nothing, and a crash between the two commits is repaired by simply running the ingest again.
 Offsets continue the log: records read from a Kafka log keep their own offsets (those at or below the
 log's end are already there and are skipped), hand-written events get the next ones.
+
+Several ingests may run on one warehouse at once: each plans its offsets on the log's end at one Delta
+version and commits on top of exactly that version; if another ingest committed first, it reads the
+source again from the new end (``Conflict``). Both succeed, and no offset is given twice.
 """
 
 from __future__ import annotations
@@ -27,20 +31,24 @@ from kraftlake.metadata.config import defaults
 from kraftlake.metadata.progress import Meter
 from kraftlake.metadata.rejections import RAW_LIMIT, Item, Rejection
 from kraftlake.metadata.tables import metadata_log_schema, table_arrow_schema
+from kraftlake.storage.deltars import Conflict
 from kraftlake.storage.tables import events_to_arrow, rejections_to_arrow
 
 KAFKA_KINDS = ("partition-dir", "segment", "snapshot")
+INGEST_ATTEMPTS = 20  # plans of one source, each lost to another ingest's commit, before giving up
 
 
 class Tables(Protocol):
     """What ingest needs of a warehouse (``kraftlake.storage.Warehouse`` provides it)."""
 
     def append(self, name: str, data: pa.RecordBatchReader | pa.Table, schema: pa.Schema,
-               txn: tuple[str, int] | None = None) -> bool: ...
+               txn: tuple[str, int] | None = None, read_version: int | None = None) -> bool: ...
+
+    def create_if_missing(self, name: str, schema: pa.Schema) -> None: ...
 
     def txn_version(self, name: str, app_id: str) -> int | None: ...
 
-    def max_value(self, name: str, column: str) -> object: ...
+    def snapshot_max(self, name: str, column: str) -> tuple[int | None, object]: ...
 
 
 class StrictModeError(RuntimeError):
@@ -262,27 +270,37 @@ def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_his
     summary.quorum_state = next((json.loads(f["content"]) for f in quorum_files if f["kind"] == "quorum-state"), None)
     if strict and quorum_rejections:
         raise StrictModeError(quorum_rejections[0])
-    log_done = tables.txn_version("metadata_log", txn[0]) is not None
-    rejected_done = tables.txn_version("rejected", txn[0]) is not None
-    if log_done and rejected_done:
-        summary.status = "already ingested"
-        return summary
-    log_end = tables.max_value("metadata_log", "offset")
-    sequencer = _Sequencer(summary, 0 if log_end is None else int(log_end) + 1, strict)
     schema = metadata_log_schema()
-    progress = _SourceProgress(meter, path, kind, full_history)
-    batches = (events_to_arrow(chunk, schema) for chunk in
-               _chunks(sequencer.events(read_source(path, kind, full_history), progress), batch_records))
-    if log_done:  # a crash after the log commit: only the rejections are still owed
-        for _ in batches:
-            pass
-    else:
+    tables.create_if_missing("metadata_log", schema)
+    for _ in range(INGEST_ATTEMPTS):
+        log_done = tables.txn_version("metadata_log", txn[0]) is not None
+        if log_done and tables.txn_version("rejected", txn[0]) is not None:
+            summary.status = "already ingested"
+            return summary
+        version, log_end = tables.snapshot_max("metadata_log", "offset")
+        summary = SourceSummary(str(path), kind, bytes=summary.bytes, quorum_state=summary.quorum_state)
+        sequencer = _Sequencer(summary, 0 if log_end is None else int(log_end) + 1, strict)
+        progress = _SourceProgress(meter, path, kind, full_history)
+        batches = (events_to_arrow(chunk, schema) for chunk in
+                   _chunks(sequencer.events(read_source(path, kind, full_history), progress), batch_records))
+        if log_done:  # the log commit is there (a run that died before the rejections', or a concurrent
+            for _ in batches:  # ingest of the same bytes): only the rejections may still be owed
+                pass
+            summary.records, summary.first_offset, summary.last_offset = 0, None, None
+            summary.by_type.clear()
+            break
         try:
-            tables.append("metadata_log", pa.RecordBatchReader.from_batches(schema, batches), schema, txn)
+            tables.append("metadata_log", pa.RecordBatchReader.from_batches(schema, batches), schema, txn, version)
+            break
+        except Conflict:
+            continue  # another ingest committed first: plan again on the new log end
         except Exception:
             if sequencer.failure is not None:
                 raise sequencer.failure from None
             raise
+    else:
+        raise Conflict(f"{path}: other writers committed to metadata_log during each of {INGEST_ATTEMPTS} attempts "
+                       "to ingest this source; nothing of it was committed, run the ingest again")
     if quorum_files:
         tables.append("quorum_files", pa.Table.from_pylist(quorum_files, table_arrow_schema("quorum_files")),
                       table_arrow_schema("quorum_files"), txn)

@@ -1,0 +1,406 @@
+"""The soak run: the continuous controller for minutes on end, fed simulated cluster traffic at a steady
+rate and killed with SIGKILL at a fixed interval; then its tables against a one-shot replay by the core.
+
+    ./spark-submit.sh jobs/bench.py --soak --soak-minutes 10 --soak-rate 5000 --soak-kill-every 60
+
+- The feeder (this process) generates the simulated cluster's requests (``sim.cluster``) and ingests them
+  through ``sim.cluster_traffic.write_requests``, one JSON lines file of ``rate`` requests per second.
+- The controller is ``./spark-submit.sh --driver-memory M jobs/controller.py`` without ``--once``, in a
+  process group of its own; every ``kill_every`` seconds the whole group gets SIGKILL and a new
+  controller starts at once (its lease is taken over at once: the holder on this host is gone). One that
+  ends on its own is started again too, and counted as a crash.
+- Every few seconds the resident memory of the controller's processes is sampled, by role: the driver's
+  JVM, the driver's Python, Spark's Python workers (everything else the controller started).
+- When the feeding time is up, the last controller is left to catch up with the log, then stopped.
+- Check: the pure core replays the whole log once (in chunks, its state carried in memory); every table
+  the controller writes must hold the same rows (compared as multisets of row hashes, plus the count).
+
+The machine may be shared: the report records the load average beside the figures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kraftlake.cli.runtime import kafka_configs
+from kraftlake.codec.events import json_bytes
+from kraftlake.controller.shards import ShardState, merged_responses, routes, step
+from kraftlake.image.cluster_image import ClusterImage
+from kraftlake.metadata.tables import table_arrow_schema, table_keys, tables_of
+from kraftlake.sim.cluster import ClusterSimulator, SimulationOptions
+from kraftlake.sim.cluster_traffic import Written, write_requests
+from kraftlake.storage import DeltaRsTables
+from kraftlake.storage.deltars import dataset, read_range
+from kraftlake.storage.tables import controller_log_schema, controller_log_to_arrow, rows_to_arrow, rows_to_events
+
+from benchmarks.stats import log
+
+REPO = Path(__file__).resolve().parent.parent
+STATE_TABLES = tables_of("controller", "state")
+APPEND_TABLES = ("partition_history", "controller_log", "responses", "rejected")
+SAMPLE_EVERY_S = 5.0
+REPLAY_CHUNK = 100_000  # log rows the core replays at a time
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+# --- the controller's processes ------------------------------------------------------------------------
+
+def _processes() -> dict[int, tuple[int, str, int]]:
+    """Every process: pid -> (parent pid, command line, resident bytes)."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                cmdline = handle.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{entry}/statm", "rb") as handle:
+                resident = int(handle.read().split()[1]) * _PAGE
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+        out[int(entry)] = (ppid, cmdline, resident)
+    return out
+
+
+def family(root: int, processes: dict[int, tuple[int, str, int]]) -> list[int]:
+    """``root`` and all its descendants (Spark's Python workers are the JVM's children, not the group's)."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in processes.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        if pid in processes:
+            found.append(pid)
+            todo += children.get(pid, [])
+    return found
+
+
+def role(cmdline: str) -> str | None:
+    """What a process of the controller's is: its JVM, its Python driver, a Spark Python worker (None:
+    the launcher's shell, gone once it has exec'd)."""
+    program = os.path.basename(cmdline.split(" ")[0])
+    if program == "java":
+        return "driver_jvm"
+    if "python" not in program:
+        return None
+    return "driver_python" if "jobs/controller.py" in cmdline else "workers"
+
+
+def memory_by_role(root: int) -> dict[str, int]:
+    """Resident bytes of the controller's processes: its JVM, its Python driver, Spark's Python workers."""
+    processes = _processes()
+    roles = {"driver_jvm": 0, "driver_python": 0, "workers": 0}
+    for pid in family(root, processes):
+        _, cmdline, resident = processes[pid]
+        kind = role(cmdline)
+        if kind is not None:
+            roles[kind] += resident
+    return roles
+
+
+class Controller:
+    """The controller job (through ``spark-submit.sh``, as an operator starts it) in its own process group,
+    started again after each kill; ``crashes`` counts the times it ended without being killed."""
+
+    def __init__(self, command: list[str], log_path: Path):
+        self.command, self.log_path = command, log_path
+        self.process: subprocess.Popen | None = None
+        self.lock = threading.Lock()
+        self.starts: list[float] = []
+        self.crashes: list[int] = []  # their exit codes
+
+    def restart_if_ended(self) -> None:
+        if self.process is not None and self.process.poll() is not None:
+            self.crashes.append(self.process.returncode)
+            self.start()
+
+    def start(self) -> None:
+        # as from a fresh shell: nothing of the spark-submit that started this process (its JVM's gateway,
+        # its SPARK_HOME, its pyspark.zip on the path), or the controller would join that JVM
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_")) and k != "PYTHONPATH"}
+        with self.log_path.open("a") as out:
+            out.write(f"\n--- start {len(self.starts) + 1} at {datetime.now(timezone.utc).isoformat()} ---\n")
+            out.flush()
+            self.process = subprocess.Popen(self.command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+        self.starts.append(time.monotonic())
+
+    def kill(self) -> None:
+        """SIGKILL to the controller, its JVM and its workers (the group, then any descendant left)."""
+        assert self.process is not None
+        pids = family(self.process.pid, _processes())
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process.wait(60)
+
+    def stop(self) -> int:
+        """A clean stop: SIGTERM to the Python driver, which ends its queries and gives its lease up."""
+        assert self.process is not None
+        processes = _processes()
+        for pid in family(self.process.pid, processes):
+            if role(processes[pid][1]) == "driver_python":
+                os.kill(pid, signal.SIGTERM)
+        try:
+            return self.process.wait(120)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return -9
+
+
+def committed_offset(checkpoint: Path) -> int:
+    """How far into the log the controller's last committed micro-batch reached (-1: none yet)."""
+    commits = checkpoint / "commits"
+    done = sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit()) if commits.is_dir() else []
+    for batch in reversed(done):
+        try:
+            return json.loads((checkpoint / "offsets" / str(batch)).read_text().splitlines()[-1])["offset"]
+        except (OSError, ValueError, KeyError, IndexError):
+            continue  # written as we read: the one before will do
+    return -1
+
+
+# --- the one-shot replay and the comparison ---------------------------------------------------------------
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return int(value.timestamp() * 1000)
+    if isinstance(value, bytes):
+        return value.hex()
+    return value
+
+
+class Multiset:
+    """Rows of one table as a count and a sum of 64-bit row hashes: equal multisets, equal digests."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.digest = 0
+
+    def add(self, table: pa.Table) -> None:
+        for row in table.to_pylist():
+            text = json.dumps({k: _plain(v) for k, v in row.items()}, sort_keys=True, default=repr)
+            self.digest = (self.digest + int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(),
+                                                        "big")) % (1 << 64)
+            self.count += 1
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Multiset) and (self.count, self.digest) == (other.count, other.digest)
+
+
+def _table_rows(name: str, rows: list[dict]) -> pa.Table:
+    """Core rows as the sink writes them (its converters), so both sides go through one Arrow layout."""
+    if name == "controller_log":
+        return controller_log_to_arrow(rows)
+    if name == "responses":
+        rows = [{**r, "data": json.dumps(r["data"], default=json_bytes)} for r in rows]
+    return rows_to_arrow(name, [{c: r.get(c) for c in table_arrow_schema(name).names} for r in rows])
+
+
+def replay_once(tables: DeltaRsTables, shards: int, config: dict[str, str]) -> tuple[dict[str, Multiset], int]:
+    """The core over the whole ``metadata_log``, in order: every controller table as a ``Multiset``."""
+    states = [ShardState(ClusterImage()) for _ in range(shards)]
+    appended = {name: Multiset() for name in APPEND_TABLES}
+    current: dict[str, dict[tuple, dict]] = {name: {} for name in STATE_TABLES}
+    log_table = tables.table("metadata_log")
+    end = tables.max_value("metadata_log", "offset")
+    events = 0
+    for lo in range(-1, end, REPLAY_CHUNK):
+        chunk = rows_to_events(read_range(log_table, "offset", lo, min(lo + REPLAY_CHUNK, end)))
+        events += len(chunk)
+        per_shard: list[list[dict]] = [[] for _ in range(shards)]
+        for event in chunk:
+            for shard in routes(event, shards):
+                per_shard[shard].append(event)
+        outputs = [o for shard in range(shards) for o in step(shard, shards, states[shard], per_shard[shard], config)]
+        by_table: dict[str, list[dict]] = {"responses": merged_responses(outputs)}
+        for o in sorted(outputs, key=lambda o: (o.offset, o.seq)):
+            if o.op == "append":
+                by_table.setdefault(o.table, []).append(o.row)
+            elif o.op in ("upsert", "delete"):
+                key = tuple(o.row[k] for k in table_keys(o.table))
+                if o.op == "delete":
+                    current[o.table].pop(key, None)
+                else:
+                    current[o.table][key] = o.row
+        for name, rows in by_table.items():
+            if rows:
+                appended[name].add(_table_rows(name, rows))
+    result = dict(appended)
+    for name, rows in current.items():
+        result[name] = Multiset()
+        if rows:
+            result[name].add(_table_rows(name, list(rows.values())))
+    return result, events
+
+
+def table_multisets(tables: DeltaRsTables) -> dict[str, Multiset]:
+    """The controller's tables as written, read batch by batch (``rejected``: the replay's rows only)."""
+    out = {}
+    for name in STATE_TABLES + APPEND_TABLES:
+        out[name] = Multiset()
+        if not tables.exists(name):
+            continue
+        columns = (controller_log_schema() if name == "controller_log" else table_arrow_schema(name)).names
+        for batch in dataset(tables.table(name)).to_batches(columns=columns):
+            table = pa.Table.from_batches([batch])
+            if name == "rejected":
+                table = table.filter(pc.equal(table.column("stage"), "replay"))
+            out[name].add(table)
+    return out
+
+
+# --- the run ---------------------------------------------------------------------------------------------
+
+def slope(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of y over x; None with fewer than three points."""
+    if len(points) < 3:
+        return None
+    n = len(points)
+    mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    return None if sxx == 0 else round(sum((x - mx) * (y - my) for x, y in points) / sxx, 2)
+
+
+def measure_soak(config: Any, work: Path, args: Any) -> dict:
+    rate, seconds, kill_every = args.soak_rate, int(args.soak_minutes * 60), args.soak_kill_every
+    root = work / "soak-warehouse"
+    shutil.rmtree(root, ignore_errors=True)
+    tables = DeltaRsTables(str(root))
+    checkpoint = root / "_checkpoints" / "controller"
+    options = SimulationOptions(brokers=args.soak_brokers, topics=args.soak_topics, partitions_per_topic=10)
+    simulator = ClusterSimulator(options, kafka_configs(config))
+    overrides = [f"kraftlake.controller.max.records.per.batch={args.soak_batch}", *args.override]
+    command = [str(REPO / "spark-submit.sh"), "--driver-memory", args.soak_driver_memory,
+               str(REPO / "jobs" / "controller.py"), "--warehouse", str(root), "--shards", str(args.shards),
+               *sum((["--override", o] for o in overrides), [])]
+    controller = Controller(command, work / "soak-controller.log")
+    samples: list[dict] = []
+    lag: list[tuple[float, int]] = []
+    written_box: list[Written] = []
+    feeding, stop = threading.Event(), threading.Event()
+    feeding.set()
+    began = time.monotonic()
+    loads = [os.getloadavg()]
+
+    def watch() -> None:
+        """Samples memory (and the lag) every few seconds; kills and restarts the controller on schedule."""
+        next_kill = began + kill_every if kill_every else None
+        while not stop.wait(SAMPLE_EVERY_S):
+            now = time.monotonic()
+            with controller.lock:
+                if next_kill is not None and now >= next_kill and feeding.is_set():
+                    controller.kill()
+                    controller.start()
+                    next_kill += kill_every
+                    loads.append(os.getloadavg())
+                    continue
+                controller.restart_if_ended()
+                process = controller.process
+            if process is not None and process.poll() is None:
+                samples.append({"t": round(now - began, 1), "life": len(controller.starts),
+                                **memory_by_role(process.pid)})
+            end = written_box[-1].last_offset if written_box else None
+            if end is not None:
+                lag.append((round(now - began, 1), end - committed_offset(checkpoint)))
+
+    def paced(written: Written) -> None:
+        written_box.append(written)
+        wait = began + written.chunks - time.monotonic()  # one chunk of ``rate`` requests per second
+        if wait > 0:
+            time.sleep(wait)
+
+    log(f"soak: {seconds} s at {rate:,} events/s, SIGKILL every {kill_every} s, {args.shards} shards, micro-batches "
+        f"of at most {args.soak_batch:,} events, driver memory {args.soak_driver_memory}")
+    controller.start()
+    watcher = threading.Thread(target=watch, name="soak-watch", daemon=True)
+    watcher.start()
+    try:
+        written = write_requests(tables, simulator, rate * seconds, "soak", rate, on_chunk=paced)
+        fed_s = time.monotonic() - began
+        log(f"soak: fed {written.requests:,} requests in {fed_s:.0f} s; waiting for the controller to catch up")
+        feeding.clear()  # no more kills; memory is still sampled while the controller catches up
+        last = written.last_offset
+        drain_start = time.monotonic()
+        deadline = drain_start + 600.0 + 3 * seconds  # a backlog of the whole feed, at a third of the rate
+        while committed_offset(checkpoint) < last and time.monotonic() < deadline:
+            time.sleep(1.0)  # the watcher restarts a controller that ended on its own
+        drained = committed_offset(checkpoint) >= last
+        drain_s = time.monotonic() - drain_start
+        stop.set()
+        watcher.join()
+        with controller.lock:
+            exit_code = controller.stop()
+    finally:
+        stop.set()
+        if controller.process is not None and controller.process.poll() is None:
+            controller.kill()
+    loads.append(os.getloadavg())
+    log(f"soak: controller drained: {drained} after {drain_s:.0f} s; replaying the log once in the core")
+    started = time.monotonic()
+    expected, events = replay_once(tables, args.shards, kafka_configs(config))
+    replay_s = time.monotonic() - started
+    actual = table_multisets(tables)
+    compare = {name: {"rows": actual[name].count, "core_rows": expected[name].count,
+                      "equal": actual[name] == expected[name]} for name in expected}
+    memory = {}
+    lives = sorted({s["life"] for s in samples})
+    for role in ("driver_jvm", "driver_python", "workers"):
+        # within each controller's life, past its first 20 s (Spark starting, the state store loading)
+        steady = [(s["t"] / 60, s[role] / 1e6) for s in samples if s["t"] - (controller.starts[s["life"] - 1] - began) >= 20]
+        peaks = [max(s[role] for s in samples if s["life"] == life) / 1e6 for life in lives]
+        memory[role] = {"peak_mb_per_life": [round(p) for p in peaks],
+                        "slope_of_peaks_mb_per_life": slope(list(enumerate(peaks))),
+                        "slope_within_lives_mb_per_min": slope(steady),
+                        "max_mb": round(max(peaks, default=0))}
+    report = {
+        "minutes": args.soak_minutes, "rate_events_per_s": rate, "kill_every_s": kill_every,
+        "shards": args.shards, "cluster": {"brokers": options.brokers, "topics": options.topics,
+                                           "partitions": options.topics * options.partitions_per_topic},
+        "events_fed": written.requests, "feeding_s": round(fed_s, 1),
+        "fed_events_per_s": round(written.requests / fed_s), "events_in_log": events,
+        "by_type": dict(sorted(written.by_type.items())),
+        "driver_memory": args.soak_driver_memory, "max_records_per_batch": args.soak_batch,
+        "controller_starts": len(controller.starts), "kills": len(controller.starts) - 1 - len(controller.crashes),
+        "crashes": controller.crashes,
+        "drained": drained, "drain_s": round(drain_s, 1), "last_exit_code": exit_code,
+        "lag_events": {"max": max((v for _, v in lag), default=None),
+                       "at_feed_end": next((v for t, v in reversed(lag) if t <= fed_s), None)},
+        "tables": compare, "tables_equal_one_shot_replay": all(c["equal"] for c in compare.values()),
+        "rows_compared": sum(c["rows"] for c in compare.values()),
+        "core_replay_s": round(replay_s, 1), "memory": memory, "memory_samples": samples,
+        "lag_samples": lag, "load_average": [[round(x, 2) for x in load] for load in loads],
+    }
+    log(f"soak: {events:,} events, {report['kills']} kills, tables equal to one replay: "
+        f"{report['tables_equal_one_shot_replay']} ({report['rows_compared']:,} rows), memory "
+        + ", ".join(f"{role} peak {m['max_mb']} MB ({m['slope_within_lives_mb_per_min']} MB/min)"
+                    for role, m in memory.items()))
+    return report
+
+
+__all__ = ["Multiset", "family", "memory_by_role", "measure_soak", "replay_once", "table_multisets"]
+

@@ -1,0 +1,290 @@
+"""One controller per warehouse: a lease kept in the warehouse, renewed while its holder runs.
+
+Two controllers on one warehouse write the same tables and the same checkpoint; Spark notices only when
+both commit a batch, and then both fail. The lease makes the second one stop at its start instead, saying
+which process holds the warehouse, and leaves the first untouched. It lives in the warehouse itself, so it
+needs no service and works wherever the warehouse's Delta tables do:
+
+- ``_leases/<job>`` is a Delta table without rows. Each commit is an acquisition or a release, with the
+  holder (host, pid, start time) in its commit info; its version is the lease's epoch. A candidate
+  commits version v+1 on top of the version v it judged free, without retry: a Delta commit is the
+  conditional creation of the next log entry (a rename without overwrite on a local disk, a conditional
+  PUT or the configured commit lock on an object store, as for every other table), so of two candidates
+  exactly one wins.
+- ``_leases/<job>/_renewed/<epoch>.json`` holds the holder's last renewal; it rewrites the file every
+  third of ``ttl_ms``. Delta ignores folders starting with ``_``.
+
+A lease is free when it was released, when its holder has not renewed it for ``ttl_ms`` (hosts' clocks
+must agree within a fraction of it, as NTP keeps them), or at once when its holder ran on this host and
+that process is gone: a ``kill -9`` leaves the lease behind, and the restart takes it over without
+waiting. On every renewal the holder checks that the epoch is still its own; one that was stalled for
+longer than ``ttl_ms`` and taken over learns it lost the lease (``Lease.lost``) and must stop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import Callable, Iterator
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError
+
+from kraftlake.storage.deltars import StorageOptions, filesystem, is_local, normalize_root
+
+_KEY = "kraftlake.lease"  # the commit-info entry holding an acquisition or release
+_SCHEMA = pa.schema([pa.field("epoch", pa.int64())])  # a Delta table needs a column; it never gets a row
+ACQUIRE_ATTEMPTS = 5  # races lost to other candidates before giving up (each loss means someone else holds it)
+# The leases (path, epoch) a Lease object of this process holds: a lease whose holder is this process
+# but that no object holds any more (its release failed, e.g. on a full disk) is free to this process.
+_HELD_HERE: set[tuple[str, int]] = set()
+
+
+def _process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (``/proc/<pid>/stat``): with the pid it names
+    one process, even after the pid is reused. None where there is no ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    return stat[stat.rindex(b")") + 2:].split()[19].decode()  # field 22; the name may hold spaces
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A process that took a lease."""
+
+    host: str
+    pid: int
+    pid_start: str | None
+    started_ms: int
+
+    @classmethod
+    def this_process(cls, now_ms: int) -> Holder:
+        return cls(socket.gethostname(), os.getpid(), _process_start(os.getpid()), now_ms)
+
+    def is_gone(self) -> bool:
+        """Whether the holder is known to have ended: only a process on this host can be looked at."""
+        if self.host != socket.gethostname():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # alive, someone else's
+            pass
+        start = _process_start(self.pid)
+        return start is not None and self.pid_start is not None and start != self.pid_start
+
+    def describe(self) -> str:
+        return f"pid {self.pid} on host {self.host}, started {_iso(self.started_ms)}"
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    """What the lease looks like now: its epoch (the Delta version), its holder unless it is free by
+    release (or was never taken), and the holder's last renewal."""
+
+    epoch: int
+    holder: Holder | None
+    renewed_ms: int | None
+
+
+class LeaseHeld(RuntimeError):
+    """Another process holds the lease and it has not expired."""
+
+    def __init__(self, job: str, root: str, state: LeaseState, now_ms: int, ttl_ms: int):
+        holder = state.holder
+        assert holder is not None
+        renewed = state.renewed_ms if state.renewed_ms is not None else holder.started_ms
+        super().__init__(
+            f"another {job} is running on the warehouse {root}: {holder.describe()}, last renewed "
+            f"{_iso(renewed)} ({max(now_ms - renewed, 0) / 1000:.0f} s ago). Only one {job} may run per "
+            f"warehouse; this one did not start and the running one is untouched. Stop that one first "
+            f"(SIGTERM lets it finish cleanly); if it is gone without a trace (another host, killed), its "
+            f"lease expires {ttl_ms / 1000:.0f} s after its last renewal and the next start takes it over.")
+        self.state = state
+
+
+class LeaseLost(RuntimeError):
+    """Another process took the lease over: its holder must stop writing."""
+
+
+class Lease:
+    """The lease of ``job`` on the warehouse at ``root``; ``clock`` gives seconds since the epoch."""
+
+    def __init__(self, root: str, job: str, ttl_ms: int, clock: Callable[[], float] = time.time,
+                 storage_options: StorageOptions = None):
+        if ttl_ms <= 0:
+            raise ValueError(f"a lease's ttl must be positive, got {ttl_ms} ms")
+        self.root = normalize_root(root)
+        self.job = job
+        self.ttl_ms = ttl_ms
+        self.clock = clock
+        self.path = f"{self.root}/_leases/{job}"
+        self.epoch: int | None = None  # ours, while held
+        self.holder: Holder | None = None
+        self.lost: str | None = None  # why the renewals stopped, once they did
+        self.storage_options = None if is_local(self.root) or not storage_options else dict(storage_options)
+        self._filesystem, self._base = filesystem(self.path, self.storage_options)
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    # ---------------------------------------------------------------------------------- looking
+    def _table(self) -> DeltaTable:
+        if not DeltaTable.is_deltatable(self.path, storage_options=self.storage_options):
+            try:  # no retry: a creator that lost the race would commit a second creation on top
+                DeltaTable.create(self.path, _SCHEMA, mode="ignore",
+                                  commit_properties=CommitProperties(max_commit_retries=0),
+                                  storage_options=self.storage_options)
+            except CommitFailedError:  # another candidate created it first
+                pass
+        return DeltaTable(self.path, storage_options=self.storage_options)
+
+    def look(self) -> tuple[LeaseState, DeltaTable]:
+        """The lease as its latest commit says, and the table to commit the next one on (which fails if
+        anyone committed after the version looked at)."""
+        table = self._table()
+        epoch = table.version()
+        # history(1) may hold the commit before too (delta-rs 1.6): take the loaded version's own
+        latest = next(entry for entry in table.history(1) if entry["version"] == epoch)
+        decoded = json.loads(latest[_KEY]) if _KEY in latest else {"released": True}
+        if decoded.get("released"):
+            return LeaseState(epoch, None, None), table
+        holder = Holder(**decoded["holder"])
+        return LeaseState(epoch, holder, self._renewed(epoch)), table
+
+    def _renewal_file(self, epoch: int) -> str:
+        return f"{self._base}/_renewed/{epoch}.json"
+
+    def _renewed(self, epoch: int) -> int | None:
+        try:
+            with self._filesystem.open_input_stream(self._renewal_file(epoch)) as stream:
+                return int(json.loads(stream.read())["renewed_ms"])
+        except (FileNotFoundError, ValueError, KeyError):  # not renewed yet, or caught mid-write
+            return None
+
+    def is_free(self, state: LeaseState) -> bool:
+        holder = state.holder
+        if holder is None:
+            return True
+        if holder == Holder.this_process(holder.started_ms):
+            return (self.path, state.epoch) not in _HELD_HERE
+        renewed = state.renewed_ms if state.renewed_ms is not None else holder.started_ms
+        return self.now_ms() - renewed > self.ttl_ms or holder.is_gone()
+
+    # ---------------------------------------------------------------------------------- changing
+    def _commit(self, table: DeltaTable, entry: dict) -> None:
+        """Commit ``entry`` as the version after ``table``'s, or raise ``CommitFailedError``."""
+        write_deltalake(table, _SCHEMA.empty_table(), mode="append",
+                        commit_properties=CommitProperties(custom_metadata={_KEY: json.dumps(entry)},
+                                                           max_commit_retries=0))
+
+    def _write_renewal(self, epoch: int) -> None:
+        folder = f"{self._base}/_renewed"
+        self._filesystem.create_dir(folder, recursive=True)
+        partial = f"{folder}/.{epoch}.json.{os.getpid()}"
+        with self._filesystem.open_output_stream(partial) as stream:
+            stream.write(json.dumps({"renewed_ms": self.now_ms()}).encode())
+        self._filesystem.move(partial, self._renewal_file(epoch))
+
+    def acquire(self) -> None:
+        """Take the lease, or raise ``LeaseHeld`` naming the process that holds it."""
+        for _ in range(ACQUIRE_ATTEMPTS):
+            state, table = self.look()
+            if not self.is_free(state):
+                raise LeaseHeld(self.job, self.root, state, self.now_ms(), self.ttl_ms)
+            holder = Holder.this_process(self.now_ms())
+            try:
+                self._commit(table, {"holder": asdict(holder)})
+            except CommitFailedError:
+                continue  # another candidate committed first: look again
+            self.epoch, self.holder, self.lost = state.epoch + 1, holder, None
+            _HELD_HERE.add((self.path, self.epoch))
+            self._write_renewal(self.epoch)
+            try:
+                self._filesystem.delete_file(self._renewal_file(state.epoch))  # the previous holder's
+            except FileNotFoundError:
+                pass
+            return
+        state, _ = self.look()
+        if state.holder is not None:
+            raise LeaseHeld(self.job, self.root, state, self.now_ms(), self.ttl_ms)
+        raise RuntimeError(f"could not take the {self.job} lease on {self.root}: other candidates committed "
+                           f"first {ACQUIRE_ATTEMPTS} times in a row; start again")
+
+    def renew(self) -> None:
+        """Record that the holder is alive; ``LeaseLost`` if another process took the lease over."""
+        assert self.epoch is not None, "renew() before acquire()"
+        state, _ = self.look()
+        if state.epoch != self.epoch:
+            taker = "released" if state.holder is None else f"taken over by {state.holder.describe()}"
+            raise LeaseLost(f"the {self.job} lease on {self.root} was {taker} (epoch {state.epoch}, ours was "
+                            f"{self.epoch}): this process was not heard from for more than {self.ttl_ms} ms")
+        self._write_renewal(self.epoch)
+
+    def release(self) -> None:
+        """Give the lease up (nothing if it was lost): the next start takes it at once."""
+        if self.epoch is None:
+            return
+        try:
+            state, table = self.look()
+            if state.epoch == self.epoch and self.lost is None:
+                try:
+                    self._commit(table, {"released": True, "by": asdict(self.holder)})
+                except CommitFailedError:
+                    pass  # taken over meanwhile: nothing of ours to give up
+        finally:
+            _HELD_HERE.discard((self.path, self.epoch))
+            self.epoch = None
+
+    @contextmanager
+    def held(self) -> Iterator[Lease]:
+        """Acquire, renew every ``ttl_ms / 3`` in a background thread while the block runs, release.
+
+        The block must check ``lost`` now and then: the thread sets it (and stops) when the lease was
+        taken over, or when renewals kept failing (storage unreachable, disk full) for ``ttl_ms``.
+        """
+        self.acquire()
+        stop = threading.Event()
+
+        def renew_until_stopped() -> None:
+            last_success = time.monotonic()
+            while not stop.wait(self.ttl_ms / 3000):
+                try:
+                    self.renew()
+                    last_success = time.monotonic()
+                except LeaseLost as exc:
+                    self.lost = str(exc)
+                    return
+                except Exception as exc:  # storage trouble: retried until the lease would have expired
+                    if (time.monotonic() - last_success) * 1000 >= self.ttl_ms:
+                        self.lost = f"the {self.job} lease on {self.root} could not be renewed for " \
+                                    f"{self.ttl_ms} ms: {exc}"
+                        return
+
+        renewer = threading.Thread(target=renew_until_stopped, name=f"kraftlake-lease-{self.job}", daemon=True)
+        renewer.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            renewer.join()
+            try:
+                self.release()
+            except Exception as exc:  # the lease then expires by itself (at once for a restart on this host)
+                print(f"[lease] could not release the {self.job} lease on {self.root}: {exc}", file=sys.stderr)

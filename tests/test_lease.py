@@ -1,0 +1,209 @@
+"""One controller per warehouse (``kraftlake.storage.lease``): real processes racing for the lease, a
+lease taken over only once expired or once its holder is gone, renewals, and the controller job turning
+a second controller away while the first goes on."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from pyspark.sql import SparkSession
+
+from streaming_helpers import (REPO_ROOT, at_once, committed_batches, committed_offset, controller_command,
+                               controller_env, generate_log, in_background, ingest_jsonl, wait_for, write_jsonl)
+from kraftlake.spark import controller_query as streaming
+from kraftlake.storage import DeltaRsTables, Warehouse
+from kraftlake.storage.lease import Holder, Lease, LeaseHeld
+
+TTL_MS = 60_000
+
+
+def _race(root: str) -> tuple:
+    lease = Lease(root, "controller", TTL_MS)
+    try:
+        lease.acquire()
+        return "won", os.getpid(), lease.epoch
+    except LeaseHeld as exc:
+        return "refused", os.getpid(), exc.state.holder.pid
+
+
+def test_of_candidates_starting_together_exactly_one_takes_the_lease(tmp_path: Path) -> None:
+    candidates = 4
+    outcomes = at_once(_race, [(str(tmp_path),)] * candidates)
+    winners = [o for o in outcomes if o[0] == "won"]
+    assert len(winners) == 1, outcomes
+    [(_, winner, epoch)] = winners
+    assert epoch == 1  # the table's creation is epoch 0, the first acquisition 1
+    assert sorted(o[2] for o in outcomes if o[0] == "refused") == [winner] * (candidates - 1)
+
+
+class Clock:
+    """A candidate's clock, set where the test needs it."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+HOLD = """
+import sys, time
+sys.path.insert(0, {lib!r})
+from kraftlake.storage.lease import Lease
+lease = Lease({root!r}, "controller", {ttl_ms})
+if {renew}:
+    with lease.held():
+        print("held", lease.epoch, flush=True)
+        while lease.lost is None:
+            time.sleep(0.05)
+        print("lost:", lease.lost, flush=True)
+else:
+    lease.acquire()
+    print("held", lease.epoch, flush=True)
+    time.sleep(600)
+"""
+
+
+@contextmanager
+def holder_process(root: Path, ttl_ms: int, renew: bool) -> Iterator[subprocess.Popen]:
+    """Another process holding the lease (renewing it or not) until the block ends or it is killed."""
+    code = HOLD.format(lib=str(REPO_ROOT / "lib"), root=str(root), ttl_ms=ttl_ms, renew=renew)
+    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline().startswith("held ")
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(30)
+
+
+def test_a_live_holders_lease_is_taken_over_only_once_it_expired(tmp_path: Path) -> None:
+    with holder_process(tmp_path, TTL_MS, renew=False) as holder:
+        state, _ = Lease(str(tmp_path), "controller", TTL_MS).look()
+        clock = Clock(state.renewed_ms / 1000 + TTL_MS / 1000)  # exactly ttl after its renewal: not expired
+        candidate = Lease(str(tmp_path), "controller", TTL_MS, clock)
+        with pytest.raises(LeaseHeld) as refused:
+            candidate.acquire()
+        message = str(refused.value)
+        renewed = datetime.fromtimestamp(state.renewed_ms / 1000, tz=timezone.utc).isoformat(timespec="seconds")
+        for part in (f"another controller is running on the warehouse {tmp_path}: pid {holder.pid} on host "
+                     f"{socket.gethostname()}, started ", f"last renewed {renewed} (60 s ago)",
+                     "this one did not start and the running one is untouched"):
+            assert part in message, message
+        clock.now += 0.002
+        candidate.acquire()
+        assert candidate.epoch == state.epoch + 1
+        with pytest.raises(LeaseHeld, match=f"pid {os.getpid()} "):  # the new holder's, alive and renewed
+            Lease(str(tmp_path), "controller", TTL_MS).acquire()
+        candidate.release()
+        last = Lease(str(tmp_path), "controller", TTL_MS)
+        last.acquire()  # a released lease is free at once
+        assert last.epoch == state.epoch + 3
+        last.release()
+
+
+def test_the_lease_of_a_killed_holder_on_this_host_is_free_at_once(tmp_path: Path) -> None:
+    with holder_process(tmp_path, TTL_MS, renew=False) as holder:
+        with pytest.raises(LeaseHeld, match=f"pid {holder.pid} "):
+            Lease(str(tmp_path), "controller", TTL_MS).acquire()
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(30)
+    lease = Lease(str(tmp_path), "controller", TTL_MS)
+    state, _ = lease.look()
+    assert state.holder.pid == holder.pid and state.holder.is_gone()
+    lease.acquire()  # well within the ttl: the holder is known to be gone
+    assert lease.epoch == state.epoch + 1
+    lease.release()
+
+
+def test_a_holder_on_another_host_is_never_presumed_gone() -> None:
+    assert not Holder("some-other-host", 1, None, 0).is_gone()
+    assert not Holder.this_process(0).is_gone()
+
+
+def test_a_lease_this_process_left_behind_is_free_to_it_but_not_one_it_holds(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release that failed (a full disk) leaves the lease to this process's next start; a lease some
+    object of this process still holds is refused like any other."""
+    with Lease(str(tmp_path), "controller", TTL_MS).held():
+        with pytest.raises(LeaseHeld, match=f"pid {os.getpid()} "):
+            Lease(str(tmp_path), "controller", TTL_MS).acquire()
+    left = Lease(str(tmp_path), "controller", TTL_MS)
+    left.acquire()
+
+    def disk_full(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Lease, "_commit", disk_full)
+        with pytest.raises(OSError):
+            left.release()
+    assert Lease(str(tmp_path), "controller", TTL_MS).look()[0].holder.pid == os.getpid()  # still recorded
+    again = Lease(str(tmp_path), "controller", TTL_MS)
+    again.acquire()
+    assert again.epoch == 4  # created, taken, released, taken and left, taken again
+    again.release()
+
+
+def test_renewals_keep_the_lease_and_a_holder_taken_over_learns_it_lost(tmp_path: Path) -> None:
+    ttl_ms = 1_500
+    with holder_process(tmp_path, ttl_ms, renew=True) as holder:
+        lease = Lease(str(tmp_path), "controller", ttl_ms)
+        first_renewal = lease.look()[0].renewed_ms
+        assert wait_for(lambda: lease.look()[0].renewed_ms != first_renewal, 30), "no renewal"
+        with pytest.raises(LeaseHeld):
+            lease.acquire()
+        # a candidate whose clock says the renewals stopped an hour ago takes the lease over
+        Lease(str(tmp_path), "controller", ttl_ms, Clock(time.time() + 3600)).acquire()
+        lost = holder.stdout.readline()
+        assert lost.startswith("lost: the controller lease on ") and f"taken over by pid {os.getpid()}" in lost
+        assert holder.wait(30) == 0
+    assert lease.look()[0].holder.pid == os.getpid(), "the holder that lost it did not release the new one"
+
+
+# --- the controller job: a second one is turned away, the first goes on -------------------------------
+
+def test_a_second_controller_is_refused_and_the_running_one_goes_on(spark: SparkSession, tmp_path: Path) -> None:
+    """The running controller is this process's (its Spark session), the second a real job in a process of
+    its own."""
+    warehouse = tmp_path / "warehouse"
+    checkpoint = warehouse / "_checkpoints" / "controller"
+    log = generate_log(seed=11, size=60)
+    ingest_jsonl(DeltaRsTables(str(warehouse)), write_jsonl(log.events[:30], tmp_path / "first.jsonl"))
+    settings = streaming.ControllerSettings(shards=2, checkpoint=str(checkpoint), once=False, trigger_interval_ms=200)
+    running, errors = in_background(
+        lambda: streaming.run(Warehouse(str(warehouse), spark=spark), settings, out=io.StringIO()))
+    try:
+        assert wait_for(lambda: bool(committed_batches(checkpoint)) or not running.is_alive(), 120), errors
+        second = subprocess.run(controller_command(warehouse, 1000), cwd=REPO_ROOT, env=controller_env(),
+                                capture_output=True, text=True, timeout=120)
+        assert second.returncode == 1
+        assert f"another controller is running on the warehouse {warehouse}: pid {os.getpid()} on host " \
+               f"{socket.gethostname()}, started " in second.stderr, second.stderr
+        assert "Only one controller may run per warehouse" in second.stderr
+        assert "log4j" not in second.stderr + second.stdout  # turned away before Spark started
+
+        # the running controller was not touched: it takes the events ingested now
+        ingest_jsonl(DeltaRsTables(str(warehouse)), write_jsonl(log.events[30:], tmp_path / "second.jsonl"))
+        end = DeltaRsTables(str(warehouse)).max_value("metadata_log", "offset")
+        assert wait_for(lambda: committed_offset(checkpoint) == end or not running.is_alive(), 120), errors
+        assert running.is_alive() and not errors
+    finally:
+        for query in spark.streams.active:  # a clean stop: the controller returns and gives its lease up
+            query.stop()
+        running.join(60)
+    assert not errors
+    state, _ = Lease(str(warehouse), "controller", TTL_MS).look()
+    assert state.holder is None, "a controller that stopped cleanly gives its lease up"
