@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import time
 from datetime import datetime
@@ -15,17 +14,17 @@ from kraftlake.cli.runtime import open_warehouse
 from kraftlake.metadata.tables import metadata_log_schema
 from kraftlake.sim.workload import generate
 from kraftlake.spark.controller_query import ControllerSettings, start
+from kraftlake.spark.queries import source_offset
 from kraftlake.storage.tables import events_to_arrow
 
 from benchmarks.stats import chunks, log, percentile
 
 
-def _progress_end(progress: dict) -> int | None:
-    sources = progress.get("sources") or []
-    end = sources[0].get("endOffset") if sources else None
-    if isinstance(end, str):
-        end = json.loads(end)
-    return end.get("offset") if isinstance(end, dict) else None
+def _events(progress: dict, setup_end: int) -> int:
+    """Log offsets a micro-batch covered: the events it consumed, NoOpRecords included (the source filters
+    those out, so they are not among its input rows)."""
+    start = source_offset(progress, "startOffset")
+    return (source_offset(progress) or 0) - (setup_end if start is None else max(start, setup_end))
 
 
 def _progress_time(progress: dict) -> float:
@@ -68,7 +67,7 @@ def measure_latency(config, work: Path, args: argparse.Namespace, sizes: dict) -
     def poll() -> int:
         for p in query.recentProgress:
             progress[p["batchId"]] = p
-        ends = [e for e in (_progress_end(p) for p in progress.values()) if e is not None]
+        ends = [e for e in (source_offset(p) for p in progress.values()) if e is not None]
         return max(ends) if ends else -1
 
     try:
@@ -96,29 +95,29 @@ def measure_latency(config, work: Path, args: argparse.Namespace, sizes: dict) -
         query.stop()
     if error is not None:
         raise RuntimeError(f"the continuous controller failed: {error}")
-    batches = [p for b, p in sorted(progress.items()) if b >= first_batch and p["numInputRows"] > 0]
+    batches = [p for b, p in sorted(progress.items()) if b >= first_batch and _events(p, setup_end) > 0]
     trigger = [p["durationMs"].get("triggerExecution", 0) for p in batches]
     add = [p["durationMs"].get("addBatch", 0) for p in batches]
-    ends = [(_progress_time(p) + p["durationMs"].get("triggerExecution", 0) / 1000, _progress_end(p)) for p in batches]
+    ends = [(_progress_time(p) + p["durationMs"].get("triggerExecution", 0) / 1000, source_offset(p)) for p in batches]
     lags = []
     for at, last_offset in appended:
         done = [finish for finish, end in ends if end is not None and end >= last_offset]
         if done:
             lags.append(round((min(done) - at) * 1000, 1))
-    rows = sum(p["numInputRows"] for p in batches)
+    covered = sum(_events(p, setup_end) for p in batches)
     busy = sum(trigger) / 1000
     out = {
         "rate_events_per_s": rate, "seconds": seconds, "trigger_interval_ms": trigger_ms, "shards": args.shards,
         "events_appended": rate * len(appended), "batches": len(batches), "drained": drained,
-        "rows_per_batch": {"p50": percentile([p["numInputRows"] for p in batches], 50),
-                           "max": max((p["numInputRows"] for p in batches), default=None)},
+        "events_per_batch": {"p50": percentile([_events(p, setup_end) for p in batches], 50),
+                             "max": max((_events(p, setup_end) for p in batches), default=None)},
         "trigger_execution_ms": {"p50": percentile(trigger, 50), "p99": percentile(trigger, 99),
                                  "max": max(trigger, default=None)},
         "add_batch_ms": {"p50": percentile(add, 50), "p99": percentile(add, 99), "max": max(add, default=None)},
         "end_to_end_lag_ms": {"p50": percentile(lags, 50), "p99": percentile(lags, 99),
                               "max": max(lags, default=None), "appends_seen": len(lags)},
-        "processed_events_per_s": round(rows / busy) if busy else None,
-        "per_batch": [{"batch": p["batchId"], "rows": p["numInputRows"],
+        "processed_events_per_s": round(covered / busy) if busy else None,
+        "per_batch": [{"batch": p["batchId"], "events": _events(p, setup_end), "rows_read": p["numInputRows"],
                        "trigger_ms": p["durationMs"].get("triggerExecution"),
                        "add_batch_ms": p["durationMs"].get("addBatch")} for p in batches],
         "spark_state": [{"rows": s.get("numRowsTotal"), "memory_bytes": s.get("memoryUsedBytes"),

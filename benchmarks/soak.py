@@ -47,6 +47,7 @@ from kraftlake.storage import DeltaRsTables
 from kraftlake.storage.deltars import dataset, read_range
 from kraftlake.storage.tables import controller_log_schema, controller_log_to_arrow, rows_to_arrow, rows_to_events
 
+from benchmarks.memory import all_processes, family
 from benchmarks.stats import log
 
 REPO = Path(__file__).resolve().parent.parent
@@ -54,44 +55,9 @@ STATE_TABLES = tables_of("controller", "state")
 APPEND_TABLES = ("partition_history", "controller_log", "responses", "rejected")
 SAMPLE_EVERY_S = 5.0
 REPLAY_CHUNK = 100_000  # log rows the core replays at a time
-_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 # --- the controller's processes ------------------------------------------------------------------------
-
-def _processes() -> dict[int, tuple[int, str, int]]:
-    """Every process: pid -> (parent pid, command line, resident bytes)."""
-    out = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                stat = handle.read()
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                cmdline = handle.read().replace(b"\0", b" ").decode(errors="replace")
-            with open(f"/proc/{entry}/statm", "rb") as handle:
-                resident = int(handle.read().split()[1]) * _PAGE
-        except (OSError, IndexError, ValueError):
-            continue  # gone meanwhile
-        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
-        out[int(entry)] = (ppid, cmdline, resident)
-    return out
-
-
-def family(root: int, processes: dict[int, tuple[int, str, int]]) -> list[int]:
-    """``root`` and all its descendants (Spark's Python workers are the JVM's children, not the group's)."""
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _, _) in processes.items():
-        children.setdefault(ppid, []).append(pid)
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        if pid in processes:
-            found.append(pid)
-            todo += children.get(pid, [])
-    return found
-
 
 def role(cmdline: str) -> str | None:
     """What a process of the controller's is: its JVM, its Python driver, a Spark Python worker (None:
@@ -106,7 +72,7 @@ def role(cmdline: str) -> str | None:
 
 def memory_by_role(root: int) -> dict[str, int]:
     """Resident bytes of the controller's processes: its JVM, its Python driver, Spark's Python workers."""
-    processes = _processes()
+    processes = all_processes()
     roles = {"driver_jvm": 0, "driver_python": 0, "workers": 0}
     for pid in family(root, processes):
         _, cmdline, resident = processes[pid]
@@ -146,7 +112,7 @@ class Controller:
     def kill(self) -> None:
         """SIGKILL to the controller, its JVM and its workers (the group, then any descendant left)."""
         assert self.process is not None
-        pids = family(self.process.pid, _processes())
+        pids = family(self.process.pid, all_processes())
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -161,7 +127,7 @@ class Controller:
     def stop(self) -> int:
         """A clean stop: SIGTERM to the Python driver, which ends its queries and gives its lease up."""
         assert self.process is not None
-        processes = _processes()
+        processes = all_processes()
         for pid in family(self.process.pid, processes):
             if role(processes[pid][1]) == "driver_python":
                 os.kill(pid, signal.SIGTERM)

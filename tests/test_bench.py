@@ -38,7 +38,7 @@ def test_quick_run_writes_every_section_and_a_png(spark, tmp_path):
     latency = report["latency"]
     assert latency["drained"] and latency["batches"] >= 1
     assert latency["events_appended"] == latency["rate_events_per_s"] * latency["seconds"]
-    assert sum(b["rows"] for b in latency["per_batch"]) == latency["events_appended"]
+    assert sum(b["events"] for b in latency["per_batch"]) == latency["events_appended"]
     for key in ("trigger_execution_ms", "add_batch_ms", "end_to_end_lag_ms"):
         assert 0 <= latency[key]["p50"] <= latency[key]["p99"] <= latency[key]["max"], key
     assert latency["end_to_end_lag_ms"]["appends_seen"] == latency["seconds"]

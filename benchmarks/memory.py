@@ -1,0 +1,86 @@
+"""Resident memory of a job's processes, sampled while it runs (Linux /proc): the driver, its JVM and
+Spark's Python workers, which are the JVM's children."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Callable
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def all_processes() -> dict[int, tuple[int, str, int]]:
+    """Every process: pid -> (parent pid, command line, resident bytes)."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                cmdline = handle.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{entry}/statm", "rb") as handle:
+                resident = int(handle.read().split()[1]) * _PAGE
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+        out[int(entry)] = (ppid, cmdline, resident)
+    return out
+
+
+def family(root: int, processes: dict[int, tuple[int, str, int]]) -> list[int]:
+    """``root`` and all its descendants (Spark's Python workers are the JVM's children, not the group's)."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in processes.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        if pid in processes:
+            found.append(pid)
+            todo += children.get(pid, [])
+    return found
+
+
+def roles_of(root: int) -> dict[str, int]:
+    """Resident bytes of ``root`` (a Python driver running Spark in-process) by role: the driver's Python,
+    its JVM, Spark's Python workers."""
+    processes = all_processes()
+    roles = {"driver_python": 0, "driver_jvm": 0, "workers": 0}
+    for pid in family(root, processes):
+        _, cmdline, resident = processes[pid]
+        program = os.path.basename(cmdline.split(" ")[0])
+        if pid == root:
+            roles["driver_python"] += resident
+        elif program == "java":
+            roles["driver_jvm"] += resident
+        elif "python" in program:
+            roles["workers"] += resident
+    return roles
+
+
+class PeakMemory:
+    """The most each role held at once while the ``with`` block ran, sampled every ``every`` seconds."""
+
+    def __init__(self, sample: Callable[[], dict[str, int]], every: float = 1.0) -> None:
+        self.sample, self.every = sample, every
+        self.peak: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            for name, value in self.sample().items():
+                self.peak[name] = max(self.peak.get(name, 0), value)
+            if self._stop.wait(self.every):
+                return
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
