@@ -24,6 +24,9 @@ export SPARK_HOME="$spark_home"
 export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$KL_PY}"
 export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$KL_PY}"
 export PYTHONPATH="$KL_ROOT/lib${PYTHONPATH:+:$PYTHONPATH}"
+# Spark hands the driver's stderr to the JVM, which prints it on this stdout: progress lines (auto mode)
+# are shown when that is a terminal.
+if [[ -t 1 ]]; then export KRAFTLAKE_PROGRESS_TERMINAL=1; else unset KRAFTLAKE_PROGRESS_TERMINAL; fi
 
 usage() {
     sed -n '2,11s/^# \{0,1\}//p' "$KL_ROOT/spark-submit.sh" >&2

@@ -44,21 +44,37 @@ def family(root: int, processes: dict[int, tuple[int, str, int]]) -> list[int]:
     return found
 
 
-def roles_of(root: int) -> dict[str, int]:
-    """Resident bytes of ``root`` (a Python driver running Spark in-process) by role: the driver's Python,
-    its JVM, Spark's Python workers."""
+def role(pid: int, cmdline: str, is_driver: Callable[[int, str], bool]) -> str | None:
+    """What a process of a Spark job is: its JVM, its Python driver, a Spark Python worker (None: anything
+    else, e.g. the launcher's shell)."""
+    program = os.path.basename(cmdline.split(" ")[0])
+    if program == "java":
+        return "driver_jvm"
+    if "python" not in program:
+        return None
+    return "driver_python" if is_driver(pid, cmdline) else "workers"
+
+
+def roles_of(root: int, is_driver: Callable[[int, str], bool]) -> dict[str, int]:
+    """Resident bytes of the job under ``root`` by role: the driver's Python, its JVM, Spark's Python
+    workers. Under spark-submit the driver is the JVM's child, so a driver measuring itself passes
+    ``job_root(os.getpid())``."""
     processes = all_processes()
     roles = {"driver_python": 0, "driver_jvm": 0, "workers": 0}
     for pid in family(root, processes):
-        _, cmdline, resident = processes[pid]
-        program = os.path.basename(cmdline.split(" ")[0])
-        if pid == root:
-            roles["driver_python"] += resident
-        elif program == "java":
-            roles["driver_jvm"] += resident
-        elif "python" in program:
-            roles["workers"] += resident
+        kind = role(pid, processes[pid][1], is_driver)
+        if kind is not None:
+            roles[kind] += processes[pid][2]
     return roles
+
+
+def job_root(pid: int) -> int:
+    """The process whose descendants are the job of driver ``pid``: its parent when that is the JVM
+    spark-submit started (which also starts the Python workers), else the driver (Spark in-process)."""
+    processes = all_processes()
+    parent = processes.get(pid, (0, "", 0))[0]
+    parent_program = os.path.basename(processes.get(parent, (0, "", 0))[1].split(" ")[0])
+    return parent if parent_program == "java" else pid
 
 
 class PeakMemory:

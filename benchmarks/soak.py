@@ -47,39 +47,27 @@ from kraftlake.storage import DeltaRsTables
 from kraftlake.storage.deltars import dataset, read_range
 from kraftlake.storage.tables import controller_log_schema, controller_log_to_arrow, rows_to_arrow, rows_to_events
 
-from benchmarks.memory import all_processes, family
+from benchmarks.memory import all_processes, family, role, roles_of
 from benchmarks.stats import log
 
 REPO = Path(__file__).resolve().parent.parent
 STATE_TABLES = tables_of("controller", "state")
 APPEND_TABLES = ("partition_history", "controller_log", "responses", "rejected")
 SAMPLE_EVERY_S = 5.0
+CONTROLLER_JOB = "jobs/controller.py"
 REPLAY_CHUNK = 100_000  # log rows the core replays at a time
 
 
 # --- the controller's processes ------------------------------------------------------------------------
 
-def role(cmdline: str) -> str | None:
-    """What a process of the controller's is: its JVM, its Python driver, a Spark Python worker (None:
-    the launcher's shell, gone once it has exec'd)."""
-    program = os.path.basename(cmdline.split(" ")[0])
-    if program == "java":
-        return "driver_jvm"
-    if "python" not in program:
-        return None
-    return "driver_python" if "jobs/controller.py" in cmdline else "workers"
+def runs_controller(_pid: int, cmdline: str) -> bool:
+    """Whether a Python process is the controller's driver (the others are Spark's workers)."""
+    return CONTROLLER_JOB in cmdline
 
 
 def memory_by_role(root: int) -> dict[str, int]:
     """Resident bytes of the controller's processes: its JVM, its Python driver, Spark's Python workers."""
-    processes = all_processes()
-    roles = {"driver_jvm": 0, "driver_python": 0, "workers": 0}
-    for pid in family(root, processes):
-        _, cmdline, resident = processes[pid]
-        kind = role(cmdline)
-        if kind is not None:
-            roles[kind] += resident
-    return roles
+    return roles_of(root, runs_controller)
 
 
 class Controller:
@@ -129,7 +117,7 @@ class Controller:
         assert self.process is not None
         processes = all_processes()
         for pid in family(self.process.pid, processes):
-            if role(processes[pid][1]) == "driver_python":
+            if role(pid, processes[pid][1], runs_controller) == "driver_python":
                 os.kill(pid, signal.SIGTERM)
         try:
             return self.process.wait(120)

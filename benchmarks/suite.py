@@ -47,7 +47,7 @@ from kraftlake.storage.ingest import ingest_source
 from benchmarks.chart import chart
 from benchmarks.continuous import measure_latency
 from benchmarks.core import core_replay_chunked, decode_all, measure_failover, profile_core, scaling, state_sizes
-from benchmarks.memory import PeakMemory, roles_of
+from benchmarks.memory import PeakMemory, job_root, roles_of
 from benchmarks.soak import measure_soak
 from benchmarks.stats import chunks, log, timed
 
@@ -126,7 +126,9 @@ def measure_target(config, work: Path, args: argparse.Namespace) -> dict:
     timed("raw Delta scan (Spark)", stages, count, scan)
     settings = ControllerSettings(shards=args.shards, checkpoint=str(work / "target" / "checkpoint"), once=True,
                                   max_records_per_batch=args.target_batch)
-    with PeakMemory(lambda: roles_of(os.getpid())) as memory:
+    me = os.getpid()
+    root = job_root(me)
+    with PeakMemory(lambda: roles_of(root, lambda pid, _: pid == me)) as memory:
         timed("Spark replay (AvailableNow)", stages, count,
               lambda: run(warehouse, settings, meter(config, "bench replay", "offsets")))
     out["peak_rss_bytes"] = memory.peak

@@ -4,9 +4,14 @@ PNG. Behaviour only: timings on a shared machine are never asserted."""
 from __future__ import annotations
 
 import json
+import os
 import struct
+import subprocess
+import sys
+import time
 
 from benchmarks import stats, suite
+from benchmarks.memory import job_root, roles_of
 
 
 def test_slopes_and_percentiles():
@@ -19,6 +24,31 @@ def test_slopes_and_percentiles():
     assert bench.percentile([], 50) is None
     assert bench.percentile([3, 1, 2], 50) == 2
     assert bench.percentile(list(range(101)), 99) == 99
+
+
+def test_memory_roles_of_a_driver_that_spark_submit_started(tmp_path):
+    # spark-submit's JVM starts the Python driver and the Python workers: a "java" parent with two
+    # Python children stands for it, the first the driver.
+    java = tmp_path / "java"
+    java.symlink_to(sys.executable)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    parent = subprocess.Popen([str(java), "-c", f"import subprocess; ps = [subprocess.Popen({sleeper!r}) "
+                               "for _ in range(2)]; print(*(p.pid for p in ps), flush=True); ps[0].wait()"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        driver, worker = map(int, parent.stdout.readline().split())
+        deadline = time.monotonic() + 30
+        while job_root(worker) != parent.pid and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert job_root(driver) == parent.pid and job_root(os.getpid()) == os.getpid()
+        roles = roles_of(parent.pid, lambda pid, _: pid == driver)
+        assert all(roles[name] > 0 for name in ("driver_python", "driver_jvm", "workers"))
+        alone = roles_of(driver, lambda pid, _: pid == driver)
+        assert alone["driver_python"] == roles["driver_python"] and alone["driver_jvm"] == alone["workers"] == 0
+    finally:
+        for pid in (driver, worker):
+            os.kill(pid, 9)
+        parent.wait(30)
 
 
 def test_quick_run_writes_every_section_and_a_png(spark, tmp_path):

@@ -269,6 +269,12 @@ def test_ingest_job_summary_and_strict_exit_code(fixtures_dir, tmp_path, capsys)
     assert "3,072 records, offsets 0..3071" in out and "NoOpRecord" in out
     assert ingest_job.main(["--warehouse", warehouse, "--engine", "delta-rs", "--strict", str(bad)]) == 1
     assert "an event must be a JSON object" in capsys.readouterr().err
+    # A source failing under the Delta writer is said in its own words, not as the writer's error.
+    cluster_dir = (fixtures_dir / RESTARTS).parent
+    assert ingest_job.main(["--warehouse", warehouse, "--engine", "delta-rs", str(cluster_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ingest: ") and "DeltaError" not in err
+    assert f"partition directory is {cluster_dir / '__cluster_metadata-0'}" in err
 
 
 def test_sql_job_queries_the_log_and_rejected(spark, fixtures_dir, tmp_path, capsys):

@@ -10,7 +10,7 @@ import pytest
 from kraftlake.cli.config import add_common_arguments, config_from_args
 from kraftlake.codec import read_partition_dir
 from kraftlake.metadata.config import ConfigError, load_config
-from kraftlake.metadata.progress import Meter, duration, wanted
+from kraftlake.metadata.progress import TERMINAL_ENV, Meter, duration, wanted
 from kraftlake.spark import controller_query
 from kraftlake.spark.queries import LogProgress, MetadataLogEnd, source_offset
 from kraftlake.storage import Warehouse
@@ -77,6 +77,15 @@ def test_progress_is_quiet_off_a_terminal_unless_asked():
     assert wanted("always", io.StringIO()) and not wanted("never", Terminal())
     with pytest.raises(ValueError, match="kraftlake.progress"):
         wanted("sometimes")
+
+
+def test_under_spark_submit_the_launcher_says_whether_the_lines_reach_a_terminal(monkeypatch, capsys):
+    # The driver's stderr is then a pipe into the JVM: sys.stderr is no terminal either way.
+    monkeypatch.delenv(TERMINAL_ENV, raising=False)
+    assert not wanted("auto")
+    monkeypatch.setenv(TERMINAL_ENV, "1")
+    assert wanted("auto") and not wanted("never")
+    assert not wanted("auto", io.StringIO())  # a stream of the caller's own is judged by itself
 
 
 def test_progress_flags_and_settings():

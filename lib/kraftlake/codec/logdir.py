@@ -346,7 +346,9 @@ def decode_partition_dir(path: str | os.PathLike, full_history: bool = False) ->
     """
     segments, snapshots = list_partition_dir(path)
     if not segments and not snapshots:
-        raise FileNotFoundError(f"{path}: no log segments (*.log) or snapshots (*.checkpoint)")
+        inner = Path(path) / "__cluster_metadata-0"
+        hint = f"; the metadata log's partition directory is {inner}" if inner.is_dir() else ""
+        raise FileNotFoundError(f"{path}: no log segments (*.log) or snapshots (*.checkpoint){hint}")
     start = None
     if snapshots and not full_history:
         newest = snapshots[-1]

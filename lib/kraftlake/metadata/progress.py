@@ -2,18 +2,22 @@
 
 An operator replaying a year of a large cluster's log wants to know it is alive and how long to wait;
 a script or a CI log wants no noise. So a ``Meter`` prints at most one line per interval on stderr, and
-only when asked or when stderr is a terminal (``kraftlake.progress``: auto | always | never). The same
+only when asked or when stderr is a terminal (``kraftlake.progress``: auto | always | never). Under
+spark-submit the driver's stderr is a pipe into the JVM (which prints it on its own stdout), so the
+launcher says whether that stdout is a terminal in ``KRAFTLAKE_PROGRESS_TERMINAL``. The same
 meter serves ingest (bytes of the source), the controller (log offsets), the simulator (requests) and
 the benchmarks, so every long job reads the same way.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Callable, TextIO
 
 AUTO, ALWAYS, NEVER = "auto", "always", "never"
+TERMINAL_ENV = "KRAFTLAKE_PROGRESS_TERMINAL"
 MODES = (AUTO, ALWAYS, NEVER)
 
 
@@ -23,7 +27,9 @@ def wanted(mode: str, out: TextIO | None = None) -> bool:
         raise ValueError(f"kraftlake.progress is {mode!r}; expected one of {', '.join(MODES)}")
     if mode == AUTO:
         stream = out or sys.stderr
-        return bool(getattr(stream, "isatty", lambda: False)())
+        if getattr(stream, "isatty", lambda: False)():
+            return True
+        return out is None and os.environ.get(TERMINAL_ENV) == "1"
     return mode == ALWAYS
 
 

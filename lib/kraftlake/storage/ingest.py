@@ -176,13 +176,11 @@ class _Sequencer:
         self.strict = strict
         self.rejections: list[Rejection] = []
         self.from_kafka_log = summary.kind in KAFKA_KINDS
-        self.failure: StrictModeError | None = None
+        self.failure: Exception | None = None
 
     def reject(self, rejection: Rejection) -> None:
         if self.strict:
-            # kept: the Delta writer pulling our batches wraps whatever we raise in its own error
-            self.failure = StrictModeError(rejection)
-            raise self.failure
+            raise StrictModeError(rejection)
         self.rejections.append(rejection)
         self.summary.rejected += 1
 
@@ -212,6 +210,15 @@ class _Sequencer:
             summary.last_offset = offset
             progress.tick(summary.records, item)
             yield item
+
+    def kept(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """``batches``, keeping what they raise: the Delta writer pulling them wraps it in an error of its
+        own (the source's message buried in a traceback), so the caller raises this one instead."""
+        try:
+            yield from batches
+        except Exception as exc:
+            self.failure = exc
+            raise
 
 
 def _chunks(events_: Iterator[dict], size: int) -> Iterator[list[dict]]:
@@ -290,7 +297,8 @@ def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_his
             summary.by_type.clear()
             break
         try:
-            tables.append("metadata_log", pa.RecordBatchReader.from_batches(schema, batches), schema, txn, version)
+            tables.append("metadata_log", pa.RecordBatchReader.from_batches(schema, sequencer.kept(batches)), schema,
+                          txn, version)
             break
         except Conflict:
             continue  # another ingest committed first: plan again on the new log end
