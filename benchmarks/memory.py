@@ -1,5 +1,9 @@
 """Resident memory of a job's processes, sampled while it runs (Linux /proc): the driver, its JVM and
-Spark's Python workers, which are the JVM's children."""
+Spark's Python workers, which are the JVM's children.
+
+Spark's Python workers are forked from one daemon and share much of their memory, so the sum of their
+resident sizes counts the shared pages once per worker; ``proportional=True`` sums the proportional set
+size instead (each shared page split among its sharers), which is what they hold together."""
 
 from __future__ import annotations
 
@@ -55,16 +59,28 @@ def role(pid: int, cmdline: str, is_driver: Callable[[int, str], bool]) -> str |
     return "driver_python" if is_driver(pid, cmdline) else "workers"
 
 
-def roles_of(root: int, is_driver: Callable[[int, str], bool]) -> dict[str, int]:
-    """Resident bytes of the job under ``root`` by role: the driver's Python, its JVM, Spark's Python
-    workers. Under spark-submit the driver is the JVM's child, so a driver measuring itself passes
-    ``job_root(os.getpid())``."""
+def proportional_size(pid: int) -> int:
+    """The process's proportional set size in bytes (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def roles_of(root: int, is_driver: Callable[[int, str], bool], proportional: bool = False) -> dict[str, int]:
+    """Bytes held by the job under ``root`` by role: the driver's Python, its JVM, Spark's Python workers
+    (resident, or proportional: see the module's docstring). Under spark-submit the driver is the JVM's
+    child, so a driver measuring itself passes ``job_root(os.getpid())``."""
     processes = all_processes()
     roles = {"driver_python": 0, "driver_jvm": 0, "workers": 0}
     for pid in family(root, processes):
         kind = role(pid, processes[pid][1], is_driver)
         if kind is not None:
-            roles[kind] += processes[pid][2]
+            roles[kind] += proportional_size(pid) if proportional else processes[pid][2]
     return roles
 
 

@@ -128,10 +128,10 @@ def measure_target(config, work: Path, args: argparse.Namespace) -> dict:
                                   max_records_per_batch=args.target_batch)
     me = os.getpid()
     root = job_root(me)
-    with PeakMemory(lambda: roles_of(root, lambda pid, _: pid == me)) as memory:
+    with PeakMemory(lambda: roles_of(root, lambda pid, _: pid == me, proportional=True)) as memory:
         timed("Spark replay (AvailableNow)", stages, count,
               lambda: run(warehouse, settings, meter(config, "bench replay", "offsets")))
-    out["peak_rss_bytes"] = memory.peak
+    out["peak_pss_bytes"] = memory.peak
     gc.collect()
     seconds, replayed, _ = core_replay_chunked(log_events(), args.shards, chunk=args.target_batch,
                                                meter=meter(config, "bench core", "events", events))
