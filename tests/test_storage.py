@@ -188,6 +188,26 @@ def test_offset_helpers_with_gaps_many_files_and_compaction(tables: DeltaRsTable
     assert split_range(compacted, "offset", -1, 30, 1) == [(-1, 30)]
 
 
+def test_rows_of_a_few_types_skip_the_row_groups_and_ranges_that_cannot_hold_them(tables: DeltaRsTables) -> None:
+    def rows(offsets: list[int], type_: str) -> pa.Table:
+        return log_rows(offsets).set_column(1, "type", pa.array([type_] * len(offsets)))
+
+    tables.append("metadata_log", rows([0, 1, 2], "NoOpRecord"), LOG)
+    tables.append("metadata_log", rows([3, 4], "VoteRequest"), LOG)
+    tables.append("metadata_log", rows([5, 6, 7], "PartitionChangeRecord"), LOG)
+    mixed = pa.concat_tables([rows([8], "FetchRequest"), rows([9], "PartitionChangeRecord")])
+    tables.append("metadata_log", mixed, LOG)  # stats FetchRequest..PartitionChangeRecord: may hold a Fetch
+    table = tables.table("metadata_log")
+    quorum = ("type", ["FetchRequest", "VoteRequest"])
+    assert read_range(table, "offset", -1, 9, ["offset", "type"], quorum).column("offset").to_pylist() == [3, 4, 8]
+    assert read_range(table, "offset", 4, 7, only=quorum).num_rows == 0
+    every = split_range(table, "offset", -1, 9, 1)
+    assert every == [(-1, 2), (2, 4), (4, 7), (7, 9)]
+    assert split_range(table, "offset", -1, 9, 1, quorum) == [(2, 4), (7, 9)]  # no task for the others
+    assert split_range(table, "offset", 4, 7, 1, quorum) == []
+    assert split_range(table, "offset", -1, 9, 1, ("type", ["NoOpRecord"])) == [(-1, 2), (7, 9)]
+
+
 def test_delta_rs_tables_do_not_import_spark() -> None:
     probe = "import sys, kraftlake.storage.deltars, kraftlake.storage; print('pyspark' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": str(Path(kraftlake.__file__).parents[1])}

@@ -216,13 +216,16 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         lo, hi = start["offset"], end["offset"]
         if hi <= lo:
             return []
-        return [_Range(a, b) for a, b in split_range(self._open(), self.column, lo, hi, STREAM_PARTITION_ROWS)]
+        return [_Range(a, b) for a, b in split_range(self._open(), self.column, lo, hi, STREAM_PARTITION_ROWS,
+                                                     self._only())]
+
+    def _only(self) -> tuple[str, list[str]] | None:
+        return None if self.types is None else ("type", self.types)
 
     def read(self, partition: _Range) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         """Reads the current version: any version holding ``hi`` holds exactly the same rows up to it."""
-        where = None if self.types is None else pc.field("type").isin(self.types)
         names = [n for n in self.schema.fieldNames() if n != PAYLOAD or not self.folded]
-        rows = read_range(self._open(), self.column, partition.lo, partition.hi, names + self.folded, where)
+        rows = read_range(self._open(), self.column, partition.lo, partition.hi, names + self.folded, self._only())
         if self.folded:
             rows = rows.drop_columns(self.folded).append_column(PAYLOAD, json_payload(rows, self.folded))
         return _to_spark_batches(rows.to_batches(), self.schema)

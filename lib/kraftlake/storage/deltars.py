@@ -15,7 +15,7 @@ transaction re-checks it after losing a race, so two writers of one transaction 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 from urllib.parse import urlparse
@@ -219,46 +219,72 @@ def nth_value_after(table: DeltaTable, column: str, after: int, n: int) -> int |
     return int(smallest[n - 1]) if len(smallest) >= n else None
 
 
-def split_range(table: DeltaTable, column: str, lo: int, hi: int, target_rows: int) -> list[tuple[int, int]]:
+# (a column, the values wanted in it): rows of a few kinds, e.g. ("type", the quorum's message types)
+Only = tuple[str, Sequence[str]]
+
+
+def split_range(table: DeltaTable, column: str, lo: int, hi: int, target_rows: int,
+                only: Only | None = None) -> list[tuple[int, int]]:
     """Cut (lo, hi] into consecutive ranges of about ``target_rows`` rows each, at row-group boundaries.
 
     A log written in one commit is one file; cutting only between files would give a micro-batch one
     task and leave every other core idle. Row groups (``ROW_GROUP_ROWS`` at most, their statistics in
     the files' footers) are the unit a reader can skip, so the cuts fall between them. Sizes are
-    estimates (a boundary row group counts fully); the ranges always tile (lo, hi] exactly.
+    estimates (a boundary row group counts fully); the ranges always tile (lo, hi] exactly, except that
+    with ``only`` (see ``read_range``) a range none of whose row groups can hold such a row is left out:
+    the quorum's query, looking for its few message types in a long log, then starts no task at all for
+    a micro-batch of other records instead of one per row group.
     """
     files = [r for r in file_ranges(table, column) if r.num_records and r.may_hold_in(lo, hi)]
-    groups: list[tuple[float, int | None, int]] = []  # (min, max, rows) per row group
+    groups: list[tuple[float, int | None, int, bool]] = []  # (min, max, rows, may hold ``only``) per row group
     fragments = _fragments(table, [f.path for f in files]) if files else {}
     for file in files:
         fragment = fragments[file.path]
         fragment.ensure_complete_metadata()  # the footer: row groups and their statistics
         for group in fragment.row_groups:
             stats = group.statistics.get(column) or {}
-            groups.append((-np.inf if stats.get("min") is None else stats["min"], stats.get("max"), group.num_rows))
+            groups.append((-np.inf if stats.get("min") is None else stats["min"], stats.get("max"), group.num_rows,
+                           _may_hold(group, only)))
     groups.sort(key=lambda g: g[0])
     cuts: list[int] = []
     rows = 0
-    for _, top, count in groups:
+    for _, top, count, _ in groups:
         rows += count
         if rows >= target_rows and top is not None and lo < top < hi and (not cuts or top > cuts[-1]):
             cuts.append(top)
             rows = 0
     bounds = [lo, *cuts, hi]
-    return list(zip(bounds, bounds[1:]))
+    ranges = list(zip(bounds, bounds[1:]))
+    if only is None:
+        return ranges
+    wanted = [(low, top) for low, top, _, may in groups if may]
+    return [(a, b) for a, b in ranges
+            if any((top is None or top > a) and low <= b for low, top in wanted)]
+
+
+def _may_hold(group: Any, only: Only | None) -> bool:
+    """Whether a row group can hold a row whose ``only[0]`` is one of ``only[1]``, by its statistics."""
+    if only is None:
+        return True
+    stats = group.statistics.get(only[0]) if group.statistics else None
+    if not stats or stats.get("min") is None or stats.get("max") is None:
+        return True
+    return any(stats["min"] <= value <= stats["max"] for value in only[1])
 
 
 def read_range(table: DeltaTable, column: str, lo: int, hi: int, columns: list[str] | None = None,
-               where: pc.Expression | None = None) -> pa.Table:
-    """Rows with lo < column <= hi (and ``where``), sorted by it.
+               only: Only | None = None) -> pa.Table:
+    """Rows with lo < column <= hi, sorted by it; with ``only`` = (a column, values), only the rows whose
+    value in that column is one of those.
 
-    Files and row groups outside the range are skipped by their statistics, and so are the columns a row
+    Files and row groups outside the range (or holding none of ``only``) are skipped by their statistics,
+    and so are the columns a row
     group holds no value of: ``metadata_log`` has a struct column per message type, nearly all of them
     null in any row group, and decoding those nulls was most of a read (3.7 s against 1.0 s for 700,000
     rows); they are made as null columns instead."""
     files = [r.path for r in file_ranges(table, column) if r.num_records and r.may_hold_in(lo, hi)]
     condition = (pc.field(column) > lo) & (pc.field(column) <= hi)
-    condition = condition if where is None else condition & where
+    condition = condition if only is None else condition & pc.field(only[0]).isin(list(only[1]))
     data = dataset(table, files)
     schema = data.schema if columns is None else pa.schema([data.schema.field(c) for c in columns])
     parts = []
@@ -268,6 +294,8 @@ def read_range(table: DeltaTable, column: str, lo: int, hi: int, columns: list[s
         for i, group in enumerate(fragment.row_groups):
             stats = group.statistics.get(column) or {}
             if stats.get("max") is not None and stats["max"] <= lo or stats.get("min") is not None and stats["min"] > hi:
+                continue
+            if not _may_hold(group, only):
                 continue
             by_columns.setdefault(_columns_with_values(fragment.metadata.row_group(i), schema.names), []).append(i)
         for present, groups in by_columns.items():
