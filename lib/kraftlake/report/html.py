@@ -108,9 +108,9 @@ def _per_broker(tl: Timeline) -> str:
                      | set(tl.isr_leaves))
     rows = "".join(
         f'<tr data-broker="{b}"><td>{b}</td><td class="num" data-metric="leaderships-gained">'
-        f'{tl.leaderships_gained[b]}</td><td class="num" data-metric="leaderships-lost">{tl.leaderships_lost[b]}</td>'
-        f'<td class="num" data-metric="isr-joins">{tl.isr_joins[b]}</td><td class="num" data-metric="isr-leaves">'
-        f'{tl.isr_leaves[b]}</td></tr>' for b in brokers)
+        f'{tl.leaderships_gained[b]:,}</td><td class="num" data-metric="leaderships-lost">{tl.leaderships_lost[b]:,}'
+        f'</td><td class="num" data-metric="isr-joins">{tl.isr_joins[b]:,}</td><td class="num" data-metric="isr-leaves">'
+        f'{tl.isr_leaves[b]:,}</td></tr>' for b in brokers)
     return ("<table><tr><th>broker</th><th>leaderships gained</th><th>leaderships lost</th><th>ISR expansions "
             "(joined)</th><th>ISR shrinks (left)</th></tr>" + rows + "</table>")
 

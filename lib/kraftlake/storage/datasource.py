@@ -216,8 +216,11 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         lo, hi = start["offset"], end["offset"]
         if hi <= lo:
             return []
-        return [_Range(a, b) for a, b in split_range(self._open(), self.column, lo, hi, STREAM_PARTITION_ROWS,
-                                                     self._only())]
+        # Every range, even one whose row groups hold none of ``typeIn`` (its task then reads nothing). Planning
+        # no task at all for such a micro-batch was tried: in the one full test run with it, the controller's
+        # query beside the quorum's failed three times deserialising its tasks (java.io.OptionalDataException),
+        # never before; not proven the cause, not kept.
+        return [_Range(a, b) for a, b in split_range(self._open(), self.column, lo, hi, STREAM_PARTITION_ROWS)]
 
     def _only(self) -> tuple[str, list[str]] | None:
         return None if self.types is None else ("type", self.types)

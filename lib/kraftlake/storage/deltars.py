@@ -219,47 +219,37 @@ def nth_value_after(table: DeltaTable, column: str, after: int, n: int) -> int |
     return int(smallest[n - 1]) if len(smallest) >= n else None
 
 
-# (a column, the values wanted in it): rows of a few kinds, e.g. ("type", the quorum's message types)
-Only = tuple[str, Sequence[str]]
-
-
-def split_range(table: DeltaTable, column: str, lo: int, hi: int, target_rows: int,
-                only: Only | None = None) -> list[tuple[int, int]]:
+def split_range(table: DeltaTable, column: str, lo: int, hi: int, target_rows: int) -> list[tuple[int, int]]:
     """Cut (lo, hi] into consecutive ranges of about ``target_rows`` rows each, at row-group boundaries.
 
     A log written in one commit is one file; cutting only between files would give a micro-batch one
     task and leave every other core idle. Row groups (``ROW_GROUP_ROWS`` at most, their statistics in
     the files' footers) are the unit a reader can skip, so the cuts fall between them. Sizes are
-    estimates (a boundary row group counts fully); the ranges always tile (lo, hi] exactly, except that
-    with ``only`` (see ``read_range``) a range none of whose row groups can hold such a row is left out:
-    the quorum's query, looking for its few message types in a long log, then starts no task at all for
-    a micro-batch of other records instead of one per row group.
+    estimates (a boundary row group counts fully); the ranges always tile (lo, hi] exactly.
     """
     files = [r for r in file_ranges(table, column) if r.num_records and r.may_hold_in(lo, hi)]
-    groups: list[tuple[float, int | None, int, bool]] = []  # (min, max, rows, may hold ``only``) per row group
+    groups: list[tuple[float, int | None, int]] = []  # (min, max, rows) per row group
     fragments = _fragments(table, [f.path for f in files]) if files else {}
     for file in files:
         fragment = fragments[file.path]
         fragment.ensure_complete_metadata()  # the footer: row groups and their statistics
         for group in fragment.row_groups:
             stats = group.statistics.get(column) or {}
-            groups.append((-np.inf if stats.get("min") is None else stats["min"], stats.get("max"), group.num_rows,
-                           _may_hold(group, only)))
+            groups.append((-np.inf if stats.get("min") is None else stats["min"], stats.get("max"), group.num_rows))
     groups.sort(key=lambda g: g[0])
     cuts: list[int] = []
     rows = 0
-    for _, top, count, _ in groups:
+    for _, top, count in groups:
         rows += count
         if rows >= target_rows and top is not None and lo < top < hi and (not cuts or top > cuts[-1]):
             cuts.append(top)
             rows = 0
     bounds = [lo, *cuts, hi]
-    ranges = list(zip(bounds, bounds[1:]))
-    if only is None:
-        return ranges
-    wanted = [(low, top) for low, top, _, may in groups if may]
-    return [(a, b) for a, b in ranges
-            if any((top is None or top > a) and low <= b for low, top in wanted)]
+    return list(zip(bounds, bounds[1:]))
+
+
+# (a column, the values wanted in it): rows of a few kinds, e.g. ("type", the quorum's message types)
+Only = tuple[str, Sequence[str]]
 
 
 def _may_hold(group: Any, only: Only | None) -> bool:
