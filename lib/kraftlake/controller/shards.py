@@ -279,13 +279,18 @@ class _Step:
             for before, after in result.broker_changes:
                 self.latest_brokers[(after or before).id] = (event, after)
 
+    def _record_by_record(self, run: int) -> bool:
+        """Whether a run of ``run`` records goes one by one: too short to pay for a column pass, or inside
+        a transaction (whose records replay holds back until its end)."""
+        return run < FAST_RUN or self.image.pending_kind is not None
+
     def changes(self, changes: partition_changes.Changes) -> None:
         """A run of simple PartitionChangeRecords (``partition_changes.is_simple``), in offset order: on
         the columns at once where it is long enough and the partitions are there; every record the
         columns cannot take (an unknown partition: a rejection) one by one, in its place."""
         image = self.image
         self.state.last_offset = int(changes.offsets[-1])
-        if len(changes) < FAST_RUN or image.pending_kind is not None:  # held records are buffered by replay
+        if self._record_by_record(len(changes)):
             for i in range(len(changes)):
                 self.event(changes.event(i))
             return
@@ -306,7 +311,7 @@ class _Step:
         a million of these); any other (a replacement, a rejection, one held in a transaction) one by one
         in its place."""
         image = self.image
-        if len(run) < FAST_RUN or image.pending_kind is not None:
+        if self._record_by_record(len(run)):
             for event in run:
                 self.event(event)
             return

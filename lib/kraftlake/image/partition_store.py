@@ -54,8 +54,9 @@ COLUMNS = {**{name: np.int64 if name in LONGS else np.int32 for name in FIELDS},
 _FORMAT = 1  # of ``to_bytes``
 
 
-class TupleTable:
-    """The distinct tuples of some list columns, each known by its code (its index here)."""
+class Codes:
+    """Distinct values (the tuples of some list columns, or topic ids), each known by its code: its index
+    here."""
 
     __slots__ = ("values", "codes")
 
@@ -81,26 +82,18 @@ class PartitionStore:
     def __init__(self) -> None:
         self.cols: dict[str, np.ndarray] = {name: np.zeros(0, dtype) for name, dtype in COLUMNS.items()}
         self.size = 0  # rows in use (dead ones included, until ``to_bytes`` compacts)
-        self.ints = TupleTable([()])
-        self.dirs = TupleTable([()])
-        self.topic_ids: list[str] = []  # topic ordinal -> id
-        self.topic_ord: dict[str, int] = {}
+        self.ints = Codes([()])
+        self.dirs = Codes([()])
+        self.topics = Codes()  # topic id <-> its ordinal (the ``topic`` column)
         self.dirty: set[PartitionMap] = set()  # maps holding registrations not yet in the columns
         self.maps: dict[str, PartitionMap] = {}  # by topic id: the maps made over this store
         self._lookup: tuple[np.ndarray, np.ndarray] | None = None  # sorted (topic, partition) keys, rows
 
     # -- topics and rows ------------------------------------------------------------------------------
 
-    def ordinal(self, topic_id: str) -> int:
-        ordinal = self.topic_ord.get(topic_id)
-        if ordinal is None:
-            ordinal = self.topic_ord[topic_id] = len(self.topic_ids)
-            self.topic_ids.append(topic_id)
-        return ordinal
-
     def new_map(self, topic_id: str) -> PartitionMap:
         """The (empty) partitions of a new topic; a topic created again gets a new map over new rows."""
-        self.ordinal(topic_id)
+        self.topics.code(topic_id)
         self.drop(topic_id)
         partitions = self.maps[topic_id] = PartitionMap(self, topic_id, {})
         return partitions
@@ -144,7 +137,7 @@ class PartitionStore:
             elif name == "directories":
                 values = self.dirs.codes_of(values)
             cols[name][rows] = values
-        cols["topic"][rows] = [self.ordinal(r.topic_id) for r in registrations]
+        cols["topic"][rows] = [self.topics.code(r.topic_id) for r in registrations]
         cols["alive"][rows] = True
 
     def make(self, rows: list[int] | np.ndarray, topic_id: str) -> list[PartitionRegistration]:
@@ -196,8 +189,8 @@ class PartitionStore:
         other = PartitionStore()
         other.cols = {name: column.copy() for name, column in self.cols.items()}
         other.size = self.size
-        other.ints, other.dirs = TupleTable(self.ints.values), TupleTable(self.dirs.values)
-        other.topic_ids, other.topic_ord = list(self.topic_ids), dict(self.topic_ord)
+        other.ints, other.dirs = Codes(self.ints.values), Codes(self.dirs.values)
+        other.topics = Codes(self.topics.values)
         for topic_id, partitions in self.maps.items():
             other.maps[topic_id] = PartitionMap(other, topic_id, dict(partitions.rows), dict(partitions.objects))
         return other
@@ -239,8 +232,8 @@ class PartitionStore:
         body = zlib.decompress(raw[4 + size:])
         store = cls()
         n = header["rows"]
-        store.ints = TupleTable(tuple(v) for v in header["ints"])
-        store.dirs = TupleTable(tuple(v) for v in header["dirs"])
+        store.ints = Codes(tuple(v) for v in header["ints"])
+        store.dirs = Codes(tuple(v) for v in header["dirs"])
         store._allocate(n)
         at = 0
         for name in FIELDS:
@@ -251,7 +244,7 @@ class PartitionStore:
         start = 0
         pids = store.cols["partition_id"]
         for topic_id, count in zip(topic_ids, header["counts"]):
-            store.cols["topic"][start:start + count] = store.ordinal(topic_id)
+            store.cols["topic"][start:start + count] = store.topics.code(topic_id)
             store.maps[topic_id] = PartitionMap(store, topic_id,
                                                 dict(zip(pids[start:start + count].tolist(), range(start, start + count))))
             start += count
