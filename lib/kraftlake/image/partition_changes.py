@@ -16,17 +16,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from kraftlake.image.cluster_image import NO_LEADER_CHANGE, ClusterImage, normalize_uuid
+from kraftlake.image.partitions import LRS_NO_CHANGE
 
-# Fields a simple record leaves unset (null lists; Directories null or empty, LeaderRecoveryState -1/0/1).
-_UNSET = ("Replicas", "RemovingReplicas", "AddingReplicas", "EligibleLeaderReplicas", "LastKnownElr")
-_LRS_NO_CHANGE = -1
+# What makes a PartitionChangeRecord simple: these lists unset (null), Directories null or empty, and a
+# LeaderRecoveryState among these. One rule for ``is_simple`` and the Spark job's routing, which picks the
+# same records out in Spark SQL.
+UNSET_FIELDS = ("Replicas", "RemovingReplicas", "AddingReplicas", "EligibleLeaderReplicas", "LastKnownElr")
+SIMPLE_RECOVERY_STATES = (LRS_NO_CHANGE, 0, 1)
 
 
 def is_simple(data: dict) -> bool:
     """A PartitionChangeRecord whose only changes are the ISR, the leader and the leader recovery state."""
-    return (data["Replicas"] is None and data["RemovingReplicas"] is None and data["AddingReplicas"] is None
-            and data["EligibleLeaderReplicas"] is None and data["LastKnownElr"] is None and not data["Directories"]
-            and data["LeaderRecoveryState"] in (-1, 0, 1))
+    return (all(data[name] is None for name in UNSET_FIELDS) and not data["Directories"]
+            and data["LeaderRecoveryState"] in SIMPLE_RECOVERY_STATES)
 
 
 @dataclass
@@ -98,7 +100,7 @@ def rows_of(image: ClusterImage, changes: Changes) -> np.ndarray:
     a simple record would leave alone; the columns never hold such a partition, as replay refuses to make
     one, so every known partition is theirs."""
     store = image.store
-    ordinals = np.fromiter((store.topic_ord.get(t, -1) if t in image.topics else -1 for t in changes.topic_ids),
+    ordinals = np.fromiter((store.topics.codes.get(t, -1) if t in image.topics else -1 for t in changes.topic_ids),
                            np.int64, len(changes))
     rows = store.lookup(ordinals, changes.partitions)
     rows[ordinals < 0] = -1
@@ -151,7 +153,7 @@ def apply(image: ClusterImage, changes: Changes, rows: np.ndarray) -> Applied:
                              for i in order.tolist()), np.int32, n)
     isr_after = carried(isr_set, isr_codes, cols["isr"][r])
     recovery = changes.recovery[order]
-    recovery_after = carried(recovery != _LRS_NO_CHANGE, recovery, cols["leader_recovery_state"][r])
+    recovery_after = carried(recovery != LRS_NO_CHANGE, recovery, cols["leader_recovery_state"][r])
     counted = np.cumsum(leader_set)
     in_group = counted - (counted[group_start] - leader_set[group_start])  # leader changes so far, this group
     leader_epoch_after = cols["leader_epoch"][r] + in_group.astype(np.int32)

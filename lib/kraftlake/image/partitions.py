@@ -12,7 +12,7 @@ from kraftlake.image.cluster_image import (CONFIG_TOPIC, DIR_MIGRATING, DIR_UNAS
     PartitionRegistration, ReplayResult, normalize_uuid)
 
 _LEADER_RECOVERY_STATES = (0, 1)  # RECOVERED, RECOVERING
-_LRS_NO_CHANGE = -1
+LRS_NO_CHANGE = -1
 
 
 def _ints(values: list[int] | None) -> tuple[int, ...]:
@@ -121,7 +121,7 @@ def merge(before: PartitionRegistration, data: dict, offset: int, timestamp: int
         return f"{len(directories)} directories for {len(replicas)} replicas"
 
     leader_recovery_state = data["LeaderRecoveryState"]
-    if leader_recovery_state == _LRS_NO_CHANGE:
+    if leader_recovery_state == LRS_NO_CHANGE:
         leader_recovery_state = before.leader_recovery_state
     elif leader_recovery_state not in _LEADER_RECOVERY_STATES:
         return f"invalid LeaderRecoveryState {leader_recovery_state}"

@@ -17,6 +17,7 @@ import operator
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import reduce
 from typing import Any, Iterator, Mapping, TextIO
 
 import pyarrow as pa
@@ -26,7 +27,7 @@ from kraftlake.codec.events import json_bytes
 from kraftlake.controller.shards import (SKIPPED, TOPIC_SCOPED, Block, Output, ShardState, gc_paused,
                                         merged_responses, rows_table, step)
 from kraftlake.image.cluster_image import normalize_uuid
-from kraftlake.image.partition_changes import Changes
+from kraftlake.image.partition_changes import SIMPLE_RECOVERY_STATES, UNSET_FIELDS, Changes
 from kraftlake.metadata.config import defaults
 from kraftlake.metadata.progress import Meter
 from kraftlake.metadata.schemas import StructSpec, registry
@@ -158,10 +159,11 @@ def routed_events(spark_df: Any, shards: int, keys: list[int] | None = None) -> 
         ([F.col(PAYLOAD)] if PAYLOAD in present else [])  # the source folded the rarer types' into JSON
     payload = F.coalesce(*payloads) if payloads else F.lit(None).cast("string")
     change = F.col("PartitionChangeRecord")
-    simple = (F.col("type") == "PartitionChangeRecord") & change.Replicas.isNull() & change.RemovingReplicas.isNull() \
-        & change.AddingReplicas.isNull() & change.EligibleLeaderReplicas.isNull() & change.LastKnownElr.isNull() \
-        & (change.Directories.isNull() | (F.size(change.Directories) == 0)) \
-        & change.LeaderRecoveryState.isin(-1, 0, 1) if "PartitionChangeRecord" in present else F.lit(False)
+    simple = reduce(operator.and_, [change[name].isNull() for name in UNSET_FIELDS],
+                    (F.col("type") == "PartitionChangeRecord")
+                    & (change.Directories.isNull() | (F.size(change.Directories) == 0))
+                    & change.LeaderRecoveryState.isin(*SIMPLE_RECOVERY_STATES)) \
+        if "PartitionChangeRecord" in present else F.lit(False)
     columns = [F.when(simple, change[field]).alias(name) if "PartitionChangeRecord" in present
                else F.lit(None).alias(name) for name, field in CHANGE_COLUMNS.items()]
     topic_ids = [F.col(f"{t}.{key}") for t, key in TOPIC_SCOPED.items() if t in present]
