@@ -9,8 +9,9 @@
   real three-brokers-restarts log every incident is wide enough to see, and its moments' counts equal
   what Spark SQL says at each millisecond.
 - In a real browser (headless Chromium), the page shows the bands and counts a person reads.
-- Values the report cannot use (a timestamp of 10^15 ms, a min.insync.replicas of "two") are one
-  notice, not a failure.
+- Hostile data: names that are shell or SQL code in the tables never run when the page's command lines
+  are pasted into bash, and SQL literals mean exactly the name; values the report cannot use (a
+  timestamp of 10^15 ms, a min.insync.replicas of "two") are one notice, not a failure.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections import Counter
+from datetime import datetime, timezone
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -35,7 +38,7 @@ from kraftlake.cli import simulate as simulate_job
 from kraftlake.metadata.tables import metadata_log_schema, table_arrow_schema
 from kraftlake.report.html import PLOT, render
 from kraftlake.report.timeline import (FENCED, HISTORY_COLUMNS, OFFLINE, QUIET_MS, REASSIGNING, REGISTERED,
-                                       SHUTTING_DOWN, UNDER_MIN_ISR, UNFENCED, Timeline, build, count_partitions,
+                                       SHUTTING_DOWN, UNDER_MIN_ISR, UNFENCED, Timeline, build, count_partitions, sql_string,
                                        time_axis)
 from kraftlake.storage.tables import events_to_arrow
 from kraftlake.spark.views import register_views
@@ -471,7 +474,104 @@ def test_a_log_that_ends_without_a_leader_draws_the_quorum_from_the_quorum_state
     assert "No record of the log is of that epoch: it began after the log" in render(later, "snapshot", tables.root)
 
 
-# --- unusable data ----------------------------------------------------------------------------------------
+# --- hostile and unusable data ----------------------------------------------------------------------------
+
+def _hostile_names(probe: Path) -> list[str]:
+    """Topic names a hand-written TopicRecord or ConfigRecord can carry: shell code, quotes, a name that
+    ends in a backslash followed by one that reads a file through Spark's ``text.`` source, control
+    characters, history expansion, non-ASCII."""
+    return [f"$(touch {probe})", f"`touch {probe}`", "it's", "ends-in\\",
+            "') OR true UNION ALL SELECT value, 0, 0, 0, 0, 0, 0 FROM text.`/etc/hostname` -- ",
+            f"a\\'; touch {probe} #", "tab\tnew\nline\x1b[31m", "!! and !$ and ${HOME}", "名前"]
+
+
+def _at(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc)
+
+
+def _add_hostile_topics(tables: DeltaRsTables, names: list[str], at_ms: int) -> None:
+    """Each name a one-replica partition created, then offline, with min.insync.replicas=2 configured."""
+    schema = table_arrow_schema("partition_history")
+    rows = []
+    for i, name in enumerate(names):
+        common = {"topic": name, "topic_id": f"id{i}", "partition": 0, "replicas_before": [1], "replicas": [1],
+                  "leader_epoch": 0, "partition_epoch": 0, "adding_replicas": [], "removing_replicas": []}
+        rows.append({**common, "offset": 3000 + i, "applied_offset": 3000 + i, "timestamp": _at(at_ms + i),
+                     "cause": "PartitionRecord", "change": "create", "leader": 1, "isr": [1]})
+        rows.append({**common, "offset": 3100 + i, "applied_offset": 3100 + i, "timestamp": _at(at_ms + 100),
+                     "cause": "PartitionChangeRecord", "change": "change", "leader_before": 1, "leader": -1,
+                     "isr_before": [1], "isr": []})
+    history = pa.Table.from_pylist(rows, schema)
+    tables.append("partition_history", history, schema)
+    configs = table_arrow_schema("configs")
+    tables.append("configs", pa.Table.from_pylist([{"resource_type": 2, "resource_name": n,
+                                                   "name": "min.insync.replicas", "value": "2"} for n in names],
+                                                  configs), configs)
+
+
+class _Commands(HTMLParser):
+    """The page's moments: each one's SQL and the command line offered to run it, as a browser shows them."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.sql: list[str] = []
+        self.cmd: list[str] = []
+        self._into: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag == "pre":
+            self._into = {"sql": self.sql, "cmd": self.cmd}[dict(attrs)["class"]]
+            self._into.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        self._into = None
+
+    def handle_data(self, data: str) -> None:
+        if self._into is not None:
+            self._into[-1] += data
+
+
+def test_hostile_names_in_the_tables_never_run_when_the_page_is_pasted_into_bash(shutdown_warehouse, spark,
+                                                                                 tmp_path):
+    probe = tmp_path / "probe"
+    names = _hostile_names(probe)
+    # the warehouse's path is data too (no space or brace: delta-rs' reads fail on a path holding them)
+    root = tmp_path / f"w'$(touch$IFS{probe}-warehouse)"
+    tables = _copy(shutdown_warehouse, root)
+    _add_hostile_topics(tables, names, report_job.parse_time("2026-01-30T17:00:00Z"))
+    stub = tmp_path / "cwd"
+    stub.mkdir()
+    (stub / "spark-submit.sh").write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    (stub / "spark-submit.sh").chmod(0o755)
+    pages = []
+    for extra in ([], [a for n in names for a in ("--topic", n)]):
+        out = tmp_path / f"report{len(pages)}.html"
+        assert report_job.main(["--warehouse", str(root), "--out", str(out), *extra]) == 0
+        page = _Commands()
+        page.feed(out.read_text())
+        assert len(page.sql) == len(page.cmd) > 5
+        pages.append(page)
+    for page in pages:
+        for sql, cmd in zip(page.sql, page.cmd):
+            assert subprocess.run(["bash", "-n", "-c", cmd]).returncode == 0
+            # pasted into an interactive bash (history expansion on): it runs jobs/sql.py with exactly these
+            # arguments, and nothing else
+            ran = subprocess.run(["bash", "--norc", "--noprofile", "-i"], input=cmd + "\n", cwd=stub,
+                                 capture_output=True, text=True, timeout=30)
+            assert json.loads(ran.stdout) == ["jobs/sql.py", "--warehouse", str(root), sql], ran.stderr
+    assert not list(tmp_path.glob("probe*"))
+    # each name, as the SQL writes it, is exactly the name for Spark's parser
+    for name in names:
+        assert spark.sql(f"SELECT {sql_string(name)} AS v").first()["v"] == name
+    # and the moments' SQL shows exactly the hostile topics: all offline, all under min.insync.replicas=2
+    hostile = Warehouse(str(root), engine="delta-rs", spark=spark)
+    for page in pages:
+        listed = [{r["topic"] for r in _sql(hostile, sql)} for sql in page.sql if "row_number()" in sql]
+        assert set(names) in listed
+        assert all(topics <= set(names) | {r["topic"] for r in _sql(hostile, "SELECT name AS topic FROM topics")}
+                   for topics in listed)
+    assert not list(tmp_path.glob("probe*"))
+
 
 def test_values_the_report_cannot_use_are_one_notice_each_not_a_failure(shutdown_warehouse, tmp_path, capsys):
     tables = _copy(shutdown_warehouse, tmp_path / "w")

@@ -2,11 +2,13 @@
 
 Every drawn element carries its numbers as ``data-*`` attributes (a broker band's state and start, a
 bucket's counts, a quiet stretch's times), so what a person sees can be checked by a program reading the
-rendered page.
+rendered page. The command lines it offers are quoted for a POSIX shell: whatever the warehouse's path or
+its data hold, pasting one runs jobs/sql.py and nothing else.
 """
 
 from __future__ import annotations
 
+import shlex
 from datetime import datetime, timezone
 from html import escape
 
@@ -205,12 +207,17 @@ def _per_broker(tl: Timeline) -> str:
             "(joined)</th><th>ISR shrinks (left)</th></tr>" + rows + "</table>")
 
 
+def sql_command(warehouse: str, sql: str) -> str:
+    """The command line that runs ``sql`` on the warehouse, each argument quoted for a POSIX shell (single
+    quotes: nothing inside them is expanded, not even by bash's history)."""
+    return shlex.join(["./spark-submit.sh", "jobs/sql.py", "--warehouse", warehouse, sql])
+
+
 def _moments(tl: Timeline, warehouse: str, limit: int = 200) -> str:
     rows = "".join(
         f'<tr class="moment" id="offset-{m.offset}" data-offset="{m.offset}"><td>{_time(m.timestamp)}</td>'
         f'<td class="num">{m.offset}</td><td>{escape(m.what)}</td><td><details><summary>SQL</summary>'
-        f'<pre class="sql">{escape(m.sql)}</pre><pre class="cmd">./spark-submit.sh jobs/sql.py --warehouse '
-        f'{escape(warehouse)} "{escape(m.sql)}"</pre>'
+        f'<pre class="sql">{escape(m.sql)}</pre><pre class="cmd">{escape(sql_command(warehouse, m.sql))}</pre>'
         f'</details></td></tr>' for m in tl.moments[:limit])
     more = (f'<p class="muted">{len(tl.moments) - limit:,} more moments not shown.</p>'
             if len(tl.moments) > limit else "")

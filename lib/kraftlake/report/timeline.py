@@ -53,6 +53,8 @@ MIN_MS, MAX_MS = -62_135_596_800_000, 253_402_300_799_999
 # The time axis: a stretch between two changes longer than QUIET_MS is quiet, and weighs QUIET_WEIGHT of
 # what its length would.
 QUIET_MS, QUIET_WEIGHT = 1_000, 0.5
+# Kafka's legal topic name characters: such a name is written as itself in the moments' SQL.
+PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]*")
 
 
 @dataclass
@@ -522,8 +524,17 @@ def _series(tl: Timeline, name: str, times: np.ndarray, levels: np.ndarray) -> S
                   int(values.max()) if len(values) else 0)
 
 
+def sql_string(value: str) -> str:
+    """``value`` as a Spark SQL string that means exactly it and that nothing in it can end: a legal Kafka
+    topic name as a literal, anything else spelled in hex (no quote or backslash of the data reaches the
+    parser, whatever its escaping rules)."""
+    if PLAIN_NAME.fullmatch(value):
+        return f"'{value}'"
+    return f"decode(unhex('{value.encode('utf-8').hex().upper()}'), 'UTF-8')"
+
+
 def _sql_list(values: Iterable[str]) -> str:
-    return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
+    return ", ".join(sql_string(v) for v in values)
 
 
 def _topic_filter(topics: list[str] | None) -> str:
@@ -533,7 +544,7 @@ def _topic_filter(topics: list[str] | None) -> str:
 def _sql_condition(name: str, per_topic: dict[str, int], default: int, topics: list[str] | None) -> str:
     """The SQL for a partition in condition ``name``, with the same min.insync.replicas the counts used."""
     if name == UNDER_MIN_ISR:
-        cases = "".join(f" WHEN {_sql_list([t])} THEN {v}" for t, v in sorted(per_topic.items()) if v != default)
+        cases = "".join(f" WHEN {sql_string(t)} THEN {v}" for t, v in sorted(per_topic.items()) if v != default)
         condition = f"size(isr) < CASE topic{cases} ELSE {default} END" if cases else f"size(isr) < {default}"
     else:
         condition = SQL_CONDITIONS[name]
