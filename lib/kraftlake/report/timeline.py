@@ -148,6 +148,12 @@ class TimeAxis:
         return len(self.quiet) == 1
 
 
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, sorted (numpy's ``unique`` hashes int64 about a hundred times slower)."""
+    ordered = np.sort(values)
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if len(ordered) else ordered
+
+
 def time_axis(start_ms: int, end_ms: int, activity: np.ndarray, linear: bool = False) -> TimeAxis:
     """The axis of the window [start_ms, end_ms], whose changes happened at the times ``activity``: each
     stretch between two consecutive changes (and from the window's start to the first, from the last to
@@ -155,7 +161,7 @@ def time_axis(start_ms: int, end_ms: int, activity: np.ndarray, linear: bool = F
     QUIET_WEIGHT of that. A millisecond-long burst, a 100 ms controlled shutdown and an hour of quiet all
     get a width a person can see; ``linear``: event time to scale."""
     stop = end_ms + 1
-    knots = np.unique(np.concatenate(([start_ms], activity[(activity > start_ms) & (activity < stop)], [stop])))
+    knots = _distinct(np.concatenate(([start_ms], activity[(activity > start_ms) & (activity < stop)], [stop])))
     if linear or len(knots) == 2:
         return TimeAxis(np.array([start_ms, stop], dtype=np.int64), np.array([0.0, 1.0]), np.array([False]))
     lengths = np.diff(knots)
@@ -615,8 +621,8 @@ def _per_broker(tl: Timeline, history: pa.Table, rows: np.ndarray) -> None:
     tl.leaderships_gained.update(_counts(leader[moved & (leader >= 0)]))
     tl.leaderships_lost.update(_counts(before[moved & (before >= 0)]))
     old, new = _membership(picked["isr_before"]), _membership(picked["isr"])
-    tl.isr_joins.update(_counts(new[~np.isin(new, old)] & 0xFFFFFFFF))
-    tl.isr_leaves.update(_counts(old[~np.isin(old, new)] & 0xFFFFFFFF))
+    tl.isr_joins.update(_counts(new[~_member(new, old)] & 0xFFFFFFFF))
+    tl.isr_leaves.update(_counts(old[~_member(old, new)] & 0xFFFFFFFF))
 
 
 def _membership(column: pa.ChunkedArray) -> np.ndarray:
@@ -625,6 +631,14 @@ def _membership(column: pa.ChunkedArray) -> np.ndarray:
     brokers = np.asarray(pc.list_flatten(lists).to_numpy(zero_copy_only=False), dtype=np.int64)
     parents = np.asarray(pc.list_parent_indices(lists).to_numpy(zero_copy_only=False), dtype=np.int64)
     return (parents << 32) | (brokers & 0xFFFFFFFF)
+
+
+def _member(values: np.ndarray, of: np.ndarray) -> np.ndarray:
+    """``np.isin`` by a binary search in the sorted other side (isin's own sorting path is ten times slower)."""
+    if not len(of):
+        return np.zeros(len(values), dtype=bool)
+    ordered = np.sort(of)
+    return ordered[np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)] == values
 
 
 def _counts(values: np.ndarray) -> dict[int, int]:
