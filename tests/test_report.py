@@ -224,13 +224,18 @@ def test_the_time_axis_widens_short_stretches_and_compresses_quiet_ones(activity
 
 # --- warehouses the controller built ----------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def shutdown_warehouse(spark, fixtures_dir, tmp_path_factory) -> Warehouse:
-    root = tmp_path_factory.mktemp("report-shutdown")
+def _replayed(spark, log_dir: Path, root: Path) -> Warehouse:
+    """A Kafka partition directory ingested into ``root``/warehouse and replayed by the controller."""
     warehouse = Warehouse(str(root / "warehouse"), engine="delta-rs", spark=spark)
-    ingest_source(warehouse, str(fixtures_dir / "single-broker-shutdown" / "__cluster_metadata-0"))
+    ingest_source(warehouse, str(log_dir))
     run_controller(warehouse, root / "checkpoint", shards=2, max_records_per_batch=None)
     return warehouse
+
+
+@pytest.fixture(scope="module")
+def shutdown_warehouse(spark, fixtures_dir, tmp_path_factory) -> Warehouse:
+    return _replayed(spark, fixtures_dir / "single-broker-shutdown" / "__cluster_metadata-0",
+                     tmp_path_factory.mktemp("report-shutdown"))
 
 
 MIN_ISR = {"min.insync.replicas": "3"}
@@ -363,11 +368,8 @@ def test_a_simulated_cluster_agrees_with_sql(simulated_warehouse):
 
 @pytest.fixture(scope="module")
 def restarts_warehouse(spark, fixtures_dir, tmp_path_factory) -> Warehouse:
-    root = tmp_path_factory.mktemp("report-restarts")
-    warehouse = Warehouse(str(root / "warehouse"), engine="delta-rs", spark=spark)
-    ingest_source(warehouse, str(fixtures_dir / "three-brokers-restarts" / "__cluster_metadata-0"))
-    run_controller(warehouse, root / "checkpoint", shards=2, max_records_per_batch=None)
-    return warehouse
+    return _replayed(spark, fixtures_dir / "three-brokers-restarts" / "__cluster_metadata-0",
+                     tmp_path_factory.mktemp("report-restarts"))
 
 
 # Partitions offline after each millisecond of partition_history: each partition's last row at or before
@@ -441,10 +443,7 @@ def snapshot_warehouse(spark, fixtures_dir, tmp_path_factory) -> Warehouse:
     log_dir = root / "__cluster_metadata-0"
     shutil.copytree(fixtures_dir / "single-broker-snapshot" / "__cluster_metadata-0", log_dir)
     (log_dir / "quorum-state").write_text(json.dumps(QUORUM_STATE))
-    warehouse = Warehouse(str(root / "warehouse"), engine="delta-rs", spark=spark)
-    ingest_source(warehouse, str(log_dir))
-    run_controller(warehouse, root / "checkpoint", shards=2, max_records_per_batch=None)
-    return warehouse
+    return _replayed(spark, log_dir, root)
 
 
 def _copy(warehouse: Warehouse, root: Path) -> DeltaRsTables:

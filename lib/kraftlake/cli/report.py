@@ -76,7 +76,7 @@ def page_height(timeline: Timeline) -> int:
     """About how tall the page is (headless Chromium shoots the window, not the page): the charts, a band
     per broker, a row per broker and per moment shown."""
     rows = len(timeline.brokers) * 2 + min(len(timeline.moments), 200)
-    return min(20_000, 900 + 27 * rows)
+    return min(20_000, 1_060 + 27 * rows)
 
 
 def write_report(root: str, out: Path, config: Config, start_ms: int | None = None, end_ms: int | None = None,
