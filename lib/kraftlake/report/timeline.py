@@ -48,8 +48,9 @@ HISTORY_COLUMNS = ["offset", "applied_offset", "timestamp", "change", "topic", "
 OFFLINE, UNDER_MIN_ISR, REASSIGNING = "offline", "under min.insync.replicas", "reassigning"
 # The tables only the controller writes that the report reads: without them it would draw no change at all.
 CONTROLLER_TABLES = ("partition_history", "controller_log")
-# Event times a date can hold (years 1 to 9999, as Python's datetime): the page writes every time as one.
-MIN_MS, MAX_MS = -62_135_596_800_000, 253_402_300_799_999
+# Event times a date can hold (years 1 to 9999, as Python's datetime): the page writes every time as one,
+# the window's end + 1 ms included.
+MIN_MS, MAX_MS = -62_135_596_800_000, 253_402_300_799_998
 # The time axis: a stretch between two changes longer than QUIET_MS is quiet, and weighs QUIET_WEIGHT of
 # what its length would.
 QUIET_MS, QUIET_WEIGHT = 1_000, 0.5
