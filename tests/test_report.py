@@ -5,7 +5,13 @@
 - On warehouses the controller built (the real single-broker-shutdown log, and a simulated cluster with
   crashes, ISR shrinks and reassignments), its numbers equal the oracle's and what Spark SQL says, and
   every moment's SQL returns what the moment claims.
+- The time axis draws every stretch where something changed wide and compresses only quiet ones; on the
+  real three-brokers-restarts log every incident is wide enough to see, and its moments' counts equal
+  what Spark SQL says at each millisecond.
 - In a real browser (headless Chromium), the page shows the bands and counts a person reads.
+- Hostile data: names that are shell or SQL code in the tables never run when the page's command lines
+  are pasted into bash, and SQL literals mean exactly the name; values the report cannot use (a
+  timestamp of 10^15 ms, a min.insync.replicas of "two") are one notice, not a failure.
 """
 
 from __future__ import annotations
@@ -15,10 +21,13 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections import Counter
+from datetime import datetime, timezone
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -26,12 +35,15 @@ from hypothesis import strategies as st
 
 from kraftlake.cli import report as report_job
 from kraftlake.cli import simulate as simulate_job
-from kraftlake.metadata.tables import table_arrow_schema
-from kraftlake.report.html import render
-from kraftlake.report.timeline import (FENCED, HISTORY_COLUMNS, OFFLINE, REASSIGNING, SHUTTING_DOWN, UNDER_MIN_ISR,
-                                       UNFENCED, Timeline, build, count_partitions)
+from kraftlake.metadata.tables import metadata_log_schema, table_arrow_schema
+from kraftlake.report.html import PLOT, render
+from kraftlake.report.timeline import (FENCED, HISTORY_COLUMNS, OFFLINE, QUIET_MS, REASSIGNING, REGISTERED,
+                                       SHUTTING_DOWN, UNDER_MIN_ISR, UNFENCED, Timeline, build, count_partitions, sql_string,
+                                       time_axis)
+from kraftlake.storage.tables import events_to_arrow
 from kraftlake.spark.views import register_views
 from kraftlake.storage import Warehouse
+from kraftlake.storage.deltars import DeltaRsTables
 from kraftlake.storage.ingest import ingest_source
 
 from streaming_helpers import run_controller
@@ -68,6 +80,32 @@ def _plain_bucket(levels: list[tuple[int, int, dict[str, int]]], name: str, lo: 
     return max([at_start[-1] if at_start else 0] + inside)
 
 
+def _plain_moments(levels: list[tuple[int, int, dict[str, int]]], name: str, lo: int, hi: int) -> list[tuple[int, str]]:
+    """The moments a person expects, millisecond by millisecond: where the count leaves zero (the count
+    after that millisecond), where it at least doubles to a new high of the same outage, and where it
+    returns to zero (with the most of the outage)."""
+    expected, level, high, most, began = [], 0, 0, 0, 0
+    for time in sorted({t for _, t, _ in levels}):
+        at = [lv[name] for _, t, lv in levels if t == time]
+        before, after, peak = level, at[-1], max(at)
+        if before == 0 and peak > 0:
+            high, most, began = after, peak, time
+            what = f"{after:,} partition(s) {name}" if after else f"{peak:,} partition(s) {name} and back within"
+        elif before > 0 and after == 0:
+            most = max(most, peak)
+            what = f"no partition {name} any more (at most {most:,}"
+        elif before > 0 and after >= 2 * high:
+            what = f"{after:,} partition(s) {name} ({after - before:,} more)"
+        else:
+            what = None
+        if before > 0:
+            high, most = max(high, after), max(most, peak)
+        if what and lo <= time <= hi:
+            expected.append((time, what))
+        level = after
+    return expected
+
+
 @st.composite
 def histories(draw: st.DrawFn) -> list[dict]:
     """partition_history rows as the controller writes them: a partition is created, changed, maybe
@@ -77,7 +115,7 @@ def histories(draw: st.DrawFn) -> list[dict]:
     rows, offset, time = [], 0, 1_000
     for _ in range(draw(st.integers(1, 30))):
         offset += draw(st.integers(1, 3))
-        time += draw(st.sampled_from([0, 1, 7, 50]))
+        time += draw(st.sampled_from([0, 0, 1, 7, 50, 3_000]))  # 3 s: a quiet stretch on the time axis
         for key in draw(st.lists(st.sampled_from(partitions), min_size=1, max_size=3, unique=True)):
             old = state.get(key)
             if old is not None and draw(st.integers(0, 9)) == 0:
@@ -112,23 +150,27 @@ def _history_table(rows: list[dict]) -> pa.Table:
 
 
 @settings(max_examples=150, deadline=None)
-@given(rows=histories(), window=st.tuples(st.integers(900, 1_400), st.integers(0, 600)),
-       buckets=st.integers(1, 12), order=st.randoms(use_true_random=False))
-def test_counts_equal_a_plain_replay_in_any_row_order(rows, window, buckets, order):
+@given(rows=histories(), window=st.tuples(st.integers(900, 30_000), st.integers(0, 60_000)),
+       buckets=st.integers(1, 12), linear=st.booleans(), order=st.randoms(use_true_random=False))
+def test_counts_equal_a_plain_replay_in_any_row_order(rows, window, buckets, linear, order):
     start, length = window
     end = start + length
     min_isr, default = {"a": 2}, 1
     shuffled = list(rows)
     order.shuffle(shuffled)
-    tl = Timeline(start, end, max(1, -(-(end - start + 1) // buckets)), buckets)
+    axis = time_axis(start, end, np.array([r["timestamp"] for r in rows], dtype=np.int64), linear)
+    tl = Timeline.over(start, end, axis, buckets)
     count_partitions(tl, _history_table(shuffled), min_isr, default)
 
     levels = _plain_levels([r for r in rows if r["timestamp"] <= end], min_isr, default)
     for name in (OFFLINE, UNDER_MIN_ISR, REASSIGNING):
-        expected = [_plain_bucket(levels, name, tl.bucket_start(i), tl.bucket_start(i + 1) if i + 1 < buckets
-                                  else end + 1) for i in range(buckets)]
+        expected = [_plain_bucket(levels, name, tl.bucket_start(i), tl.bucket_start(i + 1)) for i in range(buckets)]
         assert tl.series[name].buckets == expected, name
         assert tl.series[name].at_end == (levels[-1][2][name] if levels else 0)
+        moments = [(m.timestamp, m.what) for m in tl.moments if name in m.what]
+        plain = _plain_moments(levels, name, start, end)
+        assert len(moments) == len(plain) and all(w.startswith(p) for (_, w), (_, p) in zip(moments, plain)), name
+        assert [t for t, _ in moments] == [t for t, _ in plain], name
     window_rows = [r for r in rows if start <= r["timestamp"] <= end]
     assert tl.changes == len(window_rows)
     gained, lost, joins, leaves = Counter(), Counter(), Counter(), Counter()
@@ -143,15 +185,57 @@ def test_counts_equal_a_plain_replay_in_any_row_order(rows, window, buckets, ord
     assert (tl.leaderships_gained, tl.leaderships_lost, tl.isr_joins, tl.isr_leaves) == (gained, lost, joins, leaves)
 
 
+# --- the time axis ----------------------------------------------------------------------------------------
+
+@settings(max_examples=300, deadline=None)
+@given(activity=st.lists(st.one_of(st.integers(0, 3_000), st.integers(0, 10**8)), max_size=80),
+       window=st.tuples(st.integers(-1_000, 2_000), st.integers(0, 10**8)))
+def test_the_time_axis_widens_short_stretches_and_compresses_quiet_ones(activity, window):
+    start, end = window[0], window[0] + window[1]
+    axis = time_axis(start, end, np.array(activity, dtype=np.int64))
+    stretches = axis.stretches()
+    changes = {t for t in activity if start <= t <= end}
+    # the stretches tile the window in order, from the left edge of the drawing to its right edge, and a
+    # change is never inside one: they run from one change to the next
+    assert stretches[0].start_ms == start and stretches[-1].end_ms == end + 1
+    assert stretches[0].x0 == 0.0 and stretches[-1].x1 == 1.0
+    assert all(a.end_ms == b.start_ms and a.x1 == b.x0 for a, b in zip(stretches, stretches[1:]))
+    assert all(s.start_ms < s.end_ms and s.x0 < s.x1 for s in stretches)
+    assert not any(s.start_ms < t < s.end_ms for s in stretches for t in changes)
+    if not changes - {start}:
+        assert [(s.x0, s.x1) for s in stretches] == [(0.0, 1.0)]
+    assert all(s.quiet == (s.end_ms - s.start_ms > QUIET_MS) for s in stretches) or axis.linear
+
+    def scale(s):  # px per ms
+        return (s.x1 - s.x0) / (s.end_ms - s.start_ms)
+
+    for a in stretches:
+        for b in stretches:
+            la, lb = a.end_ms - a.start_ms, b.end_ms - b.start_ms
+            if a.quiet == b.quiet and la < lb:  # longer is wider, but never in proportion: compressed
+                assert a.x1 - a.x0 <= b.x1 - b.x0 and scale(a) > scale(b)
+            if b.quiet and not a.quiet:  # quiet is drawn to a smaller scale than anything else
+                assert scale(b) < scale(a)
+    # the buckets cut the drawing into equal widths
+    edges = axis.edges(24)
+    assert edges[0] == start and edges[-1] == end + 1 and all(np.diff(edges) >= 0)
+    assert time_axis(start, end, np.array(activity, dtype=np.int64), linear=True).linear
+
+
 # --- warehouses the controller built ----------------------------------------------------------------------
+
+def _replayed(spark, log_dir: Path, root: Path) -> Warehouse:
+    """A Kafka partition directory ingested into ``root``/warehouse and replayed by the controller."""
+    warehouse = Warehouse(str(root / "warehouse"), engine="delta-rs", spark=spark)
+    ingest_source(warehouse, str(log_dir))
+    run_controller(warehouse, root / "checkpoint", shards=2, max_records_per_batch=None)
+    return warehouse
+
 
 @pytest.fixture(scope="module")
 def shutdown_warehouse(spark, fixtures_dir, tmp_path_factory) -> Warehouse:
-    root = tmp_path_factory.mktemp("report-shutdown")
-    warehouse = Warehouse(str(root / "warehouse"), engine="delta-rs", spark=spark)
-    ingest_source(warehouse, str(fixtures_dir / "single-broker-shutdown" / "__cluster_metadata-0"))
-    run_controller(warehouse, root / "checkpoint", shards=2, max_records_per_batch=None)
-    return warehouse
+    return _replayed(spark, fixtures_dir / "single-broker-shutdown" / "__cluster_metadata-0",
+                     tmp_path_factory.mktemp("report-shutdown"))
 
 
 MIN_ISR = {"min.insync.replicas": "3"}
@@ -226,10 +310,38 @@ def test_the_real_shutdown_log_agrees_with_the_oracle_and_sql(shutdown_warehouse
     states = [span.state for span in tl.brokers[1]]
     assert states[-3:] == [UNFENCED, SHUTTING_DOWN, FENCED]  # the oracle: broker 1 ends fenced, shut down
     assert expected["brokers"]["1"]["fenced"] and expected["brokers"]["1"]["in_controlled_shutdown"]
-    assert [q[2] for q in tl.quorum] == [1]  # one LeaderChangeMessage: node 1 leads
+    assert [q.leader for q in tl.quorum] == [1]  # one LeaderChangeMessage: node 1 leads
+    assert (tl.quorum_state.leader, tl.quorum_state.epoch, tl.quorum_state.ahead) == (1, 1, False)  # the file agrees
     _check_against_sql(shutdown_warehouse, tl, 1)
     shutdown = next(m for m in tl.moments if m.what == f"broker 1: {SHUTTING_DOWN}")
     assert len(_sql(shutdown_warehouse, shutdown.sql)) == 54  # every partition's leadership moved off broker 1
+    # the 54 partitions went offline in one millisecond, as 54 records: one moment says 54
+    went = _sql(shutdown_warehouse, "SELECT timestamp, count(*) AS n FROM partition_history WHERE leader = -1 AND "
+                                    "leader_before <> -1 GROUP BY timestamp")
+    assert [r["n"] for r in went] == [54]
+    assert [m.what for m in tl.moments if OFFLINE in m.what] == ["54 partition(s) offline"]
+
+
+def _px(tl: Timeline, start_ms: int, end_ms: int) -> float:
+    """How wide the page draws event time [start_ms, end_ms)."""
+    return PLOT * (tl.axis.fraction(end_ms) - tl.axis.fraction(start_ms))
+
+
+def _span_widths(tl: Timeline) -> dict[tuple[int, str, int], float]:
+    """Each broker state's drawn width, for the states that begin inside the window."""
+    return {(b, s.state, s.offset): _px(tl, s.start_ms, nxt.start_ms if nxt else tl.end_ms + 1)
+            for b, spans in tl.brokers.items() for s, nxt in zip(spans, spans[1:] + [None]) if s.start_ms > tl.start_ms}
+
+
+def test_by_default_the_shutdown_is_drawn_wide_with_the_whole_log_as_context(shutdown_warehouse):
+    zoomed, linear = build(shutdown_warehouse), build(shutdown_warehouse, linear=True)
+    assert (zoomed.start_ms, zoomed.end_ms) == (linear.start_ms, linear.end_ms)  # the whole log, still
+    shutdown = _span_widths(zoomed)[(1, SHUTTING_DOWN, 4871)]
+    assert _span_widths(linear)[(1, SHUTTING_DOWN, 4871)] < 1 < 30 <= shutdown  # 84 ms of 40 minutes
+    offline_since = next(m.timestamp for m in zoomed.moments if OFFLINE in m.what)
+    assert _px(zoomed, offline_since, zoomed.end_ms + 1) >= 50 > 100 * _px(linear, offline_since, linear.end_ms + 1)
+    assert [zoomed.series[n].buckets for n in zoomed.series] != [linear.series[n].buckets for n in linear.series]
+    assert [zoomed.series[n].worst for n in zoomed.series] == [linear.series[n].worst for n in linear.series]
 
 
 def test_a_window_and_a_topic_narrow_the_partitions_not_the_brokers(shutdown_warehouse):
@@ -254,10 +366,244 @@ def test_a_simulated_cluster_agrees_with_sql(simulated_warehouse):
     _check_against_sql(simulated_warehouse, tl, 3)
 
 
+@pytest.fixture(scope="module")
+def restarts_warehouse(spark, fixtures_dir, tmp_path_factory) -> Warehouse:
+    return _replayed(spark, fixtures_dir / "three-brokers-restarts" / "__cluster_metadata-0",
+                     tmp_path_factory.mktemp("report-restarts"))
+
+
+# Partitions offline after each millisecond of partition_history: each partition's last row at or before
+# it (Spark's own plan, by event time, not the report's by offset).
+OFFLINE_BY_MILLISECOND = """
+SELECT unix_millis(at) AS ms, count_if(last.leader = -1 AND last.change <> 'delete') AS offline FROM (
+  SELECT t.at, max_by(struct(h.leader AS leader, h.change AS change), struct(h.offset, h.applied_offset)) AS last
+  FROM (SELECT DISTINCT timestamp AS at FROM partition_history) t JOIN partition_history h ON h.timestamp <= t.at
+  GROUP BY t.at, h.topic, h.partition)
+GROUP BY at ORDER BY at"""
+
+
+def test_every_incident_of_the_three_brokers_restarts_is_visible_and_counted_as_sql_counts(restarts_warehouse,
+                                                                                         fixtures_dir):
+    expected = json.loads((fixtures_dir / "three-brokers-restarts" / "expected-image.json").read_text())
+    tl, linear = build(restarts_warehouse), build(restarts_warehouse, linear=True)
+    assert tl.partitions == len(expected["partitions"]) == 52
+    assert tl.series[OFFLINE].at_end == sum(p["leader"] == -1 for p in expected["partitions"]) == 0
+    assert sorted(tl.brokers) == sorted(int(b) for b in expected["brokers"]) == [1, 2, 3]
+    # every broker state, however short (the controlled shutdowns last about 100 ms of the 1.8 hours), and
+    # every outage is wide enough to see; drawn to scale, many are not
+    widths = _span_widths(tl)
+    assert len(widths) > 60 and min(widths.values()) >= 5
+    assert sum(w < 1 for w in _span_widths(linear).values()) >= 10
+    offline = [m for m in tl.moments if OFFLINE in m.what]
+    outages = [(a.timestamp, b.timestamp) for a, b in zip(offline, offline[1:])
+               if not a.what.startswith("no ") and b.what.startswith("no ")]
+    assert len(outages) == 4 and all(_px(tl, a, b) >= 40 for a, b in outages)
+    assert all(tl.start_ms <= m.timestamp <= tl.end_ms for m in tl.moments)
+    # the counts are what Spark SQL says: the tables' current state, each moment's own SQL, and the
+    # partitions offline after every millisecond, computed by Spark its own way
+    _check_against_sql(restarts_warehouse, tl, 1)
+    per_ms = _sql(restarts_warehouse, OFFLINE_BY_MILLISECOND)
+    levels = [(0, r["ms"], {OFFLINE: r["offline"]}) for r in per_ms]
+    plain = _plain_moments(levels, OFFLINE, tl.start_ms, tl.end_ms)
+    assert [(m.timestamp, m.what[:len(p)]) for m, (_, p) in zip(offline, plain)] == plain and len(offline) == len(plain)
+    assert max(r["offline"] for r in per_ms) == tl.series[OFFLINE].worst == 52
+    assert "52 partition(s) offline (51 more)" in [m.what for m in offline]  # 1 went first, 51 28 ms later
+
+
 def test_the_job_refuses_an_empty_warehouse_clearly(tmp_path, capsys):
     assert report_job.main(["--warehouse", str(tmp_path / "none"), "--out", str(tmp_path / "r.html")]) == 2
     assert "ingest a log first" in capsys.readouterr().err
     assert not (tmp_path / "r.html").exists()
+
+
+def test_the_job_refuses_a_log_the_controller_has_not_replayed_naming_the_job(fixtures_dir, tmp_path, capsys):
+    root = str(tmp_path / "warehouse")
+    ingest_source(Warehouse(root, engine="delta-rs"), str(fixtures_dir / "single-broker-shutdown" /
+                                                          "__cluster_metadata-0"))
+    assert report_job.main(["--warehouse", root, "--out", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "partition_history" in err and "controller_log" in err
+    assert f"jobs/controller.py --warehouse {root} --once" in err
+    assert not (tmp_path / "r.html").exists()  # no page of zero changes
+
+
+# --- the quorum when the log ends without a leader ---------------------------------------------------------
+
+QUORUM_STATE = {"clusterId": "", "leaderId": 1, "leaderEpoch": 1, "votedId": -1, "appliedOffset": 0,
+                "currentVoters": [{"voterId": 1}], "data_version": 0}
+
+
+@pytest.fixture(scope="module")
+def snapshot_warehouse(spark, fixtures_dir, tmp_path_factory) -> Warehouse:
+    """single-broker-snapshot ingested as Kafka's own loader reads it, from the snapshot on: the log's only
+    LeaderChangeMessage (offset 0) is before it, so the log as ingested has no leader. Beside it, the
+    quorum-state file such a one-node cluster writes (the fixture has none; single-broker-shutdown's, real,
+    has this shape)."""
+    root = tmp_path_factory.mktemp("report-snapshot")
+    log_dir = root / "__cluster_metadata-0"
+    shutil.copytree(fixtures_dir / "single-broker-snapshot" / "__cluster_metadata-0", log_dir)
+    (log_dir / "quorum-state").write_text(json.dumps(QUORUM_STATE))
+    return _replayed(spark, log_dir, root)
+
+
+def _copy(warehouse: Warehouse, root: Path) -> DeltaRsTables:
+    shutil.copytree(warehouse.root, root)
+    return DeltaRsTables(str(root))
+
+
+def test_a_log_that_ends_without_a_leader_draws_the_quorum_from_the_quorum_state_file(snapshot_warehouse, tmp_path):
+    assert _sql(snapshot_warehouse, "SELECT count(*) AS n FROM metadata_log WHERE type = 'LeaderChangeMessage'") \
+        == [{"n": 0}]
+    first = _sql(snapshot_warehouse, "SELECT min(offset) AS o FROM metadata_log WHERE leader_epoch >= 1")[0]["o"]
+    tl = build(snapshot_warehouse)
+    assert [(q.leader, q.epoch, q.offset, q.from_quorum_state) for q in tl.quorum] == [(1, 1, first, True)]
+    assert tl.quorum[0].start_ms == tl.start_ms  # the whole log is of that epoch
+    page = render(tl, "snapshot", snapshot_warehouse.root)
+    assert 'data-source="quorum-state"' in page and "No LeaderChangeMessage" not in page
+    assert f"first record of the epoch, offset {first}" in page
+
+    # a later copy of the directory: an election of epoch 2 began after the log's end; said, not drawn
+    tables = _copy(snapshot_warehouse, tmp_path / "w")
+    schema = table_arrow_schema("quorum_files")
+    tables.append("quorum_files", pa.Table.from_pylist([{
+        "file": "copy/quorum-state", "kind": "quorum-state", "leader_id": -1, "leader_epoch": 2, "voted_id": 1,
+        "current_voters": [1], "epochs": None, "content": "{}"}], schema), schema)
+    later = build(tables)
+    assert later.quorum == [] and (later.quorum_state.epoch, later.quorum_state.ahead) == (2, True)
+    assert "No record of the log is of that epoch: it began after the log" in render(later, "snapshot", tables.root)
+
+
+# --- hostile and unusable data ----------------------------------------------------------------------------
+
+def _hostile_names(probe: Path) -> list[str]:
+    """Topic names a hand-written TopicRecord or ConfigRecord can carry: shell code, quotes, a name that
+    ends in a backslash followed by one that reads a file through Spark's ``text.`` source, control
+    characters, history expansion, non-ASCII."""
+    return [f"$(touch {probe})", f"`touch {probe}`", "it's", "ends-in\\",
+            "') OR true UNION ALL SELECT value, 0, 0, 0, 0, 0, 0 FROM text.`/etc/hostname` -- ",
+            f"a\\'; touch {probe} #", "tab\tnew\nline\x1b[31m", "!! and !$ and ${HOME}", "名前"]
+
+
+def _at(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc)
+
+
+def _add_hostile_topics(tables: DeltaRsTables, names: list[str], at_ms: int) -> None:
+    """Each name a one-replica partition created, then offline, with min.insync.replicas=2 configured."""
+    schema = table_arrow_schema("partition_history")
+    rows = []
+    for i, name in enumerate(names):
+        common = {"topic": name, "topic_id": f"id{i}", "partition": 0, "replicas_before": [1], "replicas": [1],
+                  "leader_epoch": 0, "partition_epoch": 0, "adding_replicas": [], "removing_replicas": []}
+        rows.append({**common, "offset": 3000 + i, "applied_offset": 3000 + i, "timestamp": _at(at_ms + i),
+                     "cause": "PartitionRecord", "change": "create", "leader": 1, "isr": [1]})
+        rows.append({**common, "offset": 3100 + i, "applied_offset": 3100 + i, "timestamp": _at(at_ms + 100),
+                     "cause": "PartitionChangeRecord", "change": "change", "leader_before": 1, "leader": -1,
+                     "isr_before": [1], "isr": []})
+    history = pa.Table.from_pylist(rows, schema)
+    tables.append("partition_history", history, schema)
+    configs = table_arrow_schema("configs")
+    tables.append("configs", pa.Table.from_pylist([{"resource_type": 2, "resource_name": n,
+                                                   "name": "min.insync.replicas", "value": "2"} for n in names],
+                                                  configs), configs)
+
+
+class _Commands(HTMLParser):
+    """The page's moments: each one's SQL and the command line offered to run it, as a browser shows them."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.sql: list[str] = []
+        self.cmd: list[str] = []
+        self._into: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag == "pre":
+            self._into = {"sql": self.sql, "cmd": self.cmd}[dict(attrs)["class"]]
+            self._into.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        self._into = None
+
+    def handle_data(self, data: str) -> None:
+        if self._into is not None:
+            self._into[-1] += data
+
+
+def test_hostile_names_in_the_tables_never_run_when_the_page_is_pasted_into_bash(shutdown_warehouse, spark,
+                                                                                 tmp_path):
+    probe = tmp_path / "probe"
+    names = _hostile_names(probe)
+    # the warehouse's path is data too (no space or brace: delta-rs' reads fail on a path holding them)
+    root = tmp_path / f"w'$(touch$IFS{probe}-warehouse)"
+    tables = _copy(shutdown_warehouse, root)
+    _add_hostile_topics(tables, names, report_job.parse_time("2026-01-30T17:00:00Z"))
+    stub = tmp_path / "cwd"
+    stub.mkdir()
+    (stub / "spark-submit.sh").write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    (stub / "spark-submit.sh").chmod(0o755)
+    pages = []
+    for extra in ([], [a for n in names for a in ("--topic", n)]):
+        out = tmp_path / f"report{len(pages)}.html"
+        assert report_job.main(["--warehouse", str(root), "--out", str(out), *extra]) == 0
+        page = _Commands()
+        page.feed(out.read_text())
+        assert len(page.sql) == len(page.cmd) > 5
+        pages.append(page)
+    for page in pages:
+        for sql, cmd in zip(page.sql, page.cmd):
+            assert subprocess.run(["bash", "-n", "-c", cmd]).returncode == 0
+            # pasted into an interactive bash (history expansion on): it runs jobs/sql.py with exactly these
+            # arguments, and nothing else
+            ran = subprocess.run(["bash", "--norc", "--noprofile", "-i"], input=cmd + "\n", cwd=stub,
+                                 capture_output=True, text=True, timeout=30)
+            assert json.loads(ran.stdout) == ["jobs/sql.py", "--warehouse", str(root), sql], ran.stderr
+    assert not list(tmp_path.glob("probe*"))
+    # each name, as the SQL writes it, is exactly the name for Spark's parser
+    for name in names:
+        assert spark.sql(f"SELECT {sql_string(name)} AS v").first()["v"] == name
+    # and the moments' SQL shows exactly the hostile topics: all offline, all under min.insync.replicas=2
+    hostile = Warehouse(str(root), engine="delta-rs", spark=spark)
+    for page in pages:
+        listed = [{r["topic"] for r in _sql(hostile, sql)} for sql in page.sql if "row_number()" in sql]
+        assert set(names) in listed
+        assert all(topics <= set(names) | {r["topic"] for r in _sql(hostile, "SELECT name AS topic FROM topics")}
+                   for topics in listed)
+    assert not list(tmp_path.glob("probe*"))
+
+
+def test_values_the_report_cannot_use_are_one_notice_each_not_a_failure(shutdown_warehouse, tmp_path, capsys):
+    tables = _copy(shutdown_warehouse, tmp_path / "w")
+    before = build(tables)
+    end = tables.max_value("metadata_log", "offset")
+    schema = metadata_log_schema()
+    tables.append("metadata_log", pa.Table.from_batches([events_to_arrow([  # 10^15 ms (year 33658), 10^14 ms BC
+        {"offset": end + 1, "leader_epoch": -1, "timestamp": 10**15, "type": "NoOpRecord", "version": 0, "data": {}},
+        {"offset": end + 2, "leader_epoch": -1, "timestamp": -(10**14), "type": "UnfenceBrokerRecord", "version": 0,
+         "data": {"Id": 1, "Epoch": 6}}], schema)]), schema)
+    history = table_arrow_schema("partition_history")
+    tables.append("partition_history", pa.Table.from_pylist([{  # the change the controller made of the first
+        "offset": end + 1, "applied_offset": end + 1, "timestamp": 10**15 * 1000,  # the table's unit is µs
+        "cause": "PartitionChangeRecord", "change": "change", "topic": "TestTopicPatient", "topic_id": "x",
+        "partition": 0, "leader_before": -1, "leader": 1, "isr_before": [1], "isr": [1]}], history), history)
+    configs = table_arrow_schema("configs")
+    tables.append("configs", pa.Table.from_pylist([
+        {"resource_type": 2, "resource_name": "TestTopicPatient", "name": "min.insync.replicas", "value": "two"},
+        {"resource_type": 4, "resource_name": "", "name": "min.insync.replicas", "value": "1.5"}], configs), configs)
+
+    tl = build(tables)
+    assert (tl.start_ms, tl.end_ms) == (before.start_ms, before.end_ms)  # drawn at the time of the event before
+    assert len(tl.notices) == 2 and f"offset {end + 1:,}" in tl.notices[0] and "2 event(s)" in tl.notices[0]
+    assert "'two'" in tl.notices[1] and "'1.5'" in tl.notices[1] and "counted as 1" in tl.notices[1]
+    last = tl.brokers[1][-1]  # unfenced, still in controlled shutdown: applied, at the log's last good time
+    assert (last.state, last.start_ms, last.offset) == (SHUTTING_DOWN, tl.end_ms, end + 2)
+    assert tl.series[OFFLINE].at_end == 53  # the partition that came back counts, at the end
+    out = tmp_path / "r.html"
+    assert report_job.main(["--warehouse", tables.root, "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if line.startswith("report: notice: ")] == \
+        [f"report: notice: {n}" for n in tl.notices]
+    assert out.read_text().count('class="notice"') == 2
 
 
 # --- what a person sees, in a real browser ----------------------------------------------------------------
@@ -289,7 +635,8 @@ class _Page(HTMLParser):
 
     def __init__(self) -> None:
         super().__init__()
-        self.bands: list[tuple[int, str]] = []
+        self.bands: list[tuple[int, str, float]] = []  # broker, state, drawn width
+        self.quiet = 0
         self.kpis: dict[str, str] = {}
         self.bars: Counter = Counter()
         self.moments: list[int] = []
@@ -298,7 +645,9 @@ class _Page(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list) -> None:
         a = dict(attrs)
         if "band" in (a.get("class") or ""):
-            self.bands.append((int(a["data-broker"]), a["data-state"]))
+            self.bands.append((int(a["data-broker"]), a["data-state"], float(a["width"])))
+        elif "quiet" in (a.get("class") or "").split():
+            self.quiet += 1
         elif "bar" in (a.get("class") or ""):
             self.bars[a["data-series"]] = max(self.bars[a["data-series"]], int(a["data-value"]))
         elif "moment" in (a.get("class") or ""):
@@ -314,16 +663,18 @@ class _Page(HTMLParser):
 
 def test_the_page_in_headless_chromium_shows_the_incident(shutdown_warehouse, chromium, tmp_path):
     out, png = tmp_path / "report.html", tmp_path / "report.png"
-    assert report_job.main(["--warehouse", shutdown_warehouse.root, "--from", SHUTDOWN_WINDOW, "--out", str(out),
-                            "--screenshot", str(png), "--engine", "delta-rs"]) == 0
+    assert report_job.main(["--warehouse", shutdown_warehouse.root, "--out", str(out), "--screenshot", str(png),
+                            "--engine", "delta-rs"]) == 0
     page = _Page()
     page.feed(report_job.chromium(out, "--dump-dom").stdout)  # the DOM as the browser built it
-    assert page.bands == [(1, UNFENCED), (1, SHUTTING_DOWN), (1, FENCED)]
+    assert [band[:2] for band in page.bands] == [(1, REGISTERED), (1, UNFENCED), (1, SHUTTING_DOWN), (1, FENCED)]
+    assert page.bands[2][2] >= 30  # the 84 ms of controlled shutdown, in a log of 40 minutes
+    assert page.quiet >= 3  # the quiet stretches between, hatched
     offline = _sql(shutdown_warehouse, "SELECT count(*) AS n FROM partitions WHERE leader = -1")[0]["n"]
     total = _sql(shutdown_warehouse, "SELECT count(*) AS n FROM partitions")[0]["n"]
     assert page.kpis["offline-now"] == str(offline) and page.kpis["partitions"] == str(total)
     assert page.bars[OFFLINE] == offline and page.kpis["under-min-isr-max"] == "0"
-    assert page.moments == sorted(page.moments) and len(page.moments) == 3
+    assert page.moments == sorted(page.moments) and len(page.moments) == 5
 
     # the screenshot: a PNG of the page, where the bands' colours are really painted
     import matplotlib.image as mpimg
@@ -336,7 +687,7 @@ def test_the_page_in_headless_chromium_shows_the_incident(shutdown_warehouse, ch
 
 
 def test_render_escapes_what_it_is_given():
-    tl = Timeline(0, 10, 1, 10)
+    tl = Timeline.over(0, 10, buckets=10)
     count_partitions(tl, _history_table([]), {}, 1)
     page = render(tl, "<script>alert(1)</script>", "/tmp/w'<b>")
     assert "<script>" not in page and "&lt;script&gt;" in page

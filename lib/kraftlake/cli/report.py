@@ -1,13 +1,16 @@
 """Draw an incident: one self-contained HTML page of the warehouse's history over event time.
 
     ./spark-submit.sh jobs/report.py --warehouse W --out report.html [--from T] [--to T] [--topic NAME ...]
-                                     [--screenshot report.png]
+                                     [--linear-time] [--screenshot report.png]
 
 Brokers' state bands, partitions offline and under min.insync.replicas, reassignments in progress, the
 metadata quorum's leader and epoch, leaderships and ISR changes per broker, and the notable moments with
 their offsets and the SQL (for jobs/sql.py) that shows each. It reads the history tables through
-delta-rs (no Spark session, no replay). T is an ISO time (UTC unless it says otherwise) or epoch ms.
-``--screenshot`` renders the page with headless Chromium into a PNG.
+delta-rs (no Spark session, no replay); the controller must have replayed the log first. T is an ISO
+time (UTC unless it says otherwise) or epoch ms. The stretches where something changed are drawn wide
+and the quiet ones between them compressed, unless ``--linear-time``. ``--screenshot`` renders the page
+with headless Chromium into a PNG. What the data holds that the report cannot use is one notice line each,
+on stderr and on the page.
 """
 
 from __future__ import annotations
@@ -40,7 +43,10 @@ def parse_time(text: str | None) -> int | None:
         return None
     if text.lstrip("-").isdigit():
         return int(text)
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{text!r} is neither an ISO time (2026-01-30T17:23:54Z) nor epoch milliseconds") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return int(moment.timestamp() * 1000)
@@ -70,15 +76,15 @@ def page_height(timeline: Timeline) -> int:
     """About how tall the page is (headless Chromium shoots the window, not the page): the charts, a band
     per broker, a row per broker and per moment shown."""
     rows = len(timeline.brokers) * 2 + min(len(timeline.moments), 200)
-    return min(20_000, 900 + 27 * rows)
+    return min(20_000, 1_060 + 27 * rows)
 
 
 def write_report(root: str, out: Path, config: Config, start_ms: int | None = None, end_ms: int | None = None,
-                 topics: list[str] | None = None, title: str | None = None) -> Timeline:
+                 topics: list[str] | None = None, title: str | None = None, linear: bool = False) -> Timeline:
     """Build the warehouse's timeline and write it as one HTML page; ValueError when there is nothing to
-    draw (no log yet, an empty window)."""
+    draw (no log yet, no replay yet, an empty window)."""
     tables = DeltaRsTables(root, storage_options(config))
-    timeline = build(tables, start_ms, end_ms, topics, kafka_config=kafka_configs(config))
+    timeline = build(tables, start_ms, end_ms, topics, kafka_config=kafka_configs(config), linear=linear)
     out.write_text(render(timeline, title or f"kraftlake: {root}", root), encoding="utf-8")
     return timeline
 
@@ -90,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--to", dest="end", help="end of the window (event time)")
     parser.add_argument("--topic", action="append", help="only these topics' partitions (repeatable)")
     parser.add_argument("--title", help="the page's title (default: the warehouse)")
+    parser.add_argument("--linear-time", action="store_true",
+                        help="draw event time to scale (default: quiet stretches compressed, the rest wide)")
     parser.add_argument("--screenshot", help="also write a PNG of the page (needs Chromium)")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
@@ -99,10 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         timeline = write_report(root, out, config, parse_time(args.start), parse_time(args.end), args.topic,
-                                args.title)
+                                args.title, args.linear_time)
     except ValueError as exc:
         print(f"report: {exc}", file=sys.stderr)
         return 2
+    for notice in timeline.notices:
+        print(f"report: notice: {notice}", file=sys.stderr)
     print(f"report: {out} ({timeline.changes:,} partition changes, {len(timeline.brokers)} brokers, "
           f"{len(timeline.moments)} moments) in {time.perf_counter() - started:.1f} s")
     if args.screenshot:
