@@ -461,13 +461,16 @@ def run(warehouse: Warehouse, settings: ControllerSettings, meter: Meter | None 
     with holding as held:
         guard = BackfillGuard(warehouse, settings.checkpoint)  # refuses tables that missed a backfill
         guard.check()
-        try:
-            query = start(warehouse, settings)
-            quorum = start_quorum(warehouse, settings.checkpoint, settings.once, settings.kafka_config,
-                                  settings.max_records_per_batch, settings.trigger_interval_ms)
-            meter = meter or Meter("controller", "offsets", enabled=False, out=out)
-            progress = LogProgress(MetadataLogEnd(warehouse), meter, settings.once, status_every)
-            return supervise({"controller": query, "quorum": quorum}, settings.once, settings.checkpoint, progress,
+        guard.save()  # before the queries write: a checkpoint always says which version its tables started from
+        query = start(warehouse, settings)
+        quorum = start_quorum(warehouse, settings.checkpoint, settings.once, settings.kafka_config,
+                              settings.max_records_per_batch, settings.trigger_interval_ms)
+        meter = meter or Meter("controller", "offsets", enabled=False, out=out)
+        progress = LogProgress(MetadataLogEnd(warehouse), meter, settings.once, status_every)
+        finished = supervise({"controller": query, "quorum": quorum}, settings.once, settings.checkpoint, progress,
                              out, held, guard.check)
-        finally:
+        try:
             guard.save()
+        except OSError:
+            pass  # only a shortcut: the next start then reads the commits since the version saved at this start
+        return finished
