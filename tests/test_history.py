@@ -89,7 +89,8 @@ def image_of(tables: DeltaRsTables) -> dict:
 
 
 def oracle_image(oracle: dict) -> dict:
-    return {"brokers": {k: (b["epoch"], b["fenced"], b["in_controlled_shutdown"]) for k, b in oracle["brokers"].items()},
+    brokers = oracle["brokers"].items()
+    return {"brokers": {k: (b["epoch"], b["fenced"], b["in_controlled_shutdown"]) for k, b in brokers},
             "topics": oracle["topics"],
             "partitions": sorted((p["topic"], p["partition"], p["leader"], p["isr"], p["leader_epoch"],
                                   p["partition_epoch"]) for p in oracle["partitions"])}

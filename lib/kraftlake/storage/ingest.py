@@ -258,8 +258,9 @@ def _read(path: Path, kind: str, start: str, held_before: bool = False) -> _Read
         return _Read(events.read_json_lines(path), [])
     if kind == "avro":
         return _Read(events.read_avro(path), [])
-    return _Read(iter([Rejection(str(path), 0, None, "INVALID_RECORD",
-                                 "not a Kafka log segment, snapshot, partition directory, JSON lines or Avro file")]), [])
+    unknown = Rejection(str(path), 0, None, "INVALID_RECORD",
+                        "not a Kafka log segment, snapshot, partition directory, JSON lines or Avro file")
+    return _Read(iter([unknown]), [])
 
 
 def read_source(path: Path, kind: str, full_history: bool, from_snapshot: bool = False) -> Iterator[Item]:
@@ -465,7 +466,7 @@ class _Merge:
 
     def backfills(self) -> bool:
         """Whether the commit will write below the log's end, as far as can be told before reading."""
-        if self.replacing or self.snapshot == LOAD and self.snapshot_source is not None and self.first_offset <= self.end:
+        if self.replacing or self.snapshot == LOAD and self.first_offset <= self.end:
             return True
         return self.records_start <= self.end and \
             any(origin is None for *_, origin in self.held.pieces(self.records_start, self.end))
@@ -572,9 +573,9 @@ class _Sequencer:
                     continue
                 summary.backfilled.add(offset)
             elif offset < self.next_offset:
+                reason = f"offset {offset} is below the log end offset {self.next_offset}"
                 self.reject(Rejection(item.get("source", summary.source), item.get("position"), offset,
-                                      "INVALID_RECORD", f"offset {offset} is below the log end offset {self.next_offset}",
-                                      type=item["type"], version=item["version"],
+                                      "INVALID_RECORD", reason, type=item["type"], version=item["version"],
                                       unit="byte" if summary.kind in KAFKA_KINDS else "line"))
                 continue
             if offset >= self.next_offset:
