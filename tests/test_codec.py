@@ -90,7 +90,7 @@ def test_snapshot_plus_tail_gives_the_segments_records_after_the_snapshot(fixtur
 
 def test_full_history_ignores_snapshots(fixtures_dir):
     directory = fixtures_dir / "single-broker-snapshot" / "__cluster_metadata-0"
-    events, _ = split(codec.decode_partition_dir(directory, full_history=True))
+    events, _ = split(codec.decode_partition_dir(directory, codec.FULL_HISTORY))
     assert events[0]["offset"] == 0 and len(events) == 7707
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from kraftlake.storage import ingest
 from kraftlake.metadata import uuids
-from kraftlake.codec import read_partition_dir
+from kraftlake.codec import FROM_SNAPSHOT, FULL_HISTORY, HISTORY, read_partition_dir
 from kraftlake.codec.events import check_struct
 from kraftlake.controller.invariants import (CONTROLLED_SHUTDOWN, FENCED, INELIGIBLE_LEADER_ELECTED,
     INELIGIBLE_REPLICA_ADDED_TO_ISR, LEADER_NOT_IN_ISR, UNFENCED, UNREGISTERED, UNREGISTERED_LEADER_ELECTED,
@@ -78,15 +78,16 @@ CLUSTER = [register(1), register(2), register(3), ev("TopicRecord", Name="t", To
 
 # --- the real logs ---
 
-@pytest.mark.parametrize("name,full_history,events,changes", [
-    ("single-broker-shutdown", False, 4929, 108),
-    ("single-broker-restarts", False, 3072, 0),
-    ("single-broker-snapshot", False, 563, 102),  # from the snapshot at 7209
-    ("single-broker-snapshot", True, 7707, 102),
+@pytest.mark.parametrize("name,start,events,changes", [
+    ("single-broker-shutdown", FROM_SNAPSHOT, 4929, 108),
+    ("single-broker-restarts", FROM_SNAPSHOT, 3072, 0),
+    ("single-broker-snapshot", FROM_SNAPSHOT, 563, 102),  # from the snapshot at 7209
+    ("single-broker-snapshot", HISTORY, 7707, 102),  # the segment holds the whole log
+    ("single-broker-snapshot", FULL_HISTORY, 7707, 102),
 ])
-def test_real_logs_break_no_invariant(fixtures_dir, name, full_history, events, changes):
+def test_real_logs_break_no_invariant(fixtures_dir, name, start, events, changes):
     checker = InvariantChecker()
-    violations = [v for e in read_partition_dir(fixtures_dir / name / "__cluster_metadata-0", full_history)
+    violations = [v for e in read_partition_dir(fixtures_dir / name / "__cluster_metadata-0", start)
                   for v in checker.check(e)]
     assert violations == []
     assert (checker.events_checked, checker.partition_changes, checker.not_applied) == (events, changes, 0)

@@ -1,9 +1,10 @@
 """Print the records of Kafka metadata log files, one JSON object per line.
 
 Like ``kafka-dump-log.sh --cluster-metadata-decoder``: segments (``*.log``), snapshots
-(``*.checkpoint``) or whole ``__cluster_metadata-0`` directories (newest snapshot, then the records
-after it). Field names are Kafka's, UUIDs in Kafka's text form. Damaged parts are reported on stderr
-with file, byte position and offset, and the dump goes on (``--strict``: stop with exit code 1).
+(``*.checkpoint``) or whole ``__cluster_metadata-0`` directories (read as ingest reads them: the whole
+log when the segments start at offset 0, else the snapshot that bridges to them and the records after
+it). Field names are Kafka's, UUIDs in Kafka's text form. Damaged parts are reported on stderr with file,
+byte position and offset, and the dump goes on (``--strict``: stop with exit code 1).
 
     ./spark-submit.sh jobs/dump.py path/to/00000000000000000000.log
 """

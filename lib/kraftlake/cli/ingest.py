@@ -1,7 +1,8 @@
 """Ingest Kafka metadata logs and hand-written events into the warehouse's ``metadata_log``.
 
 Sources, in the order given (offsets continue across them):
-  a ``__cluster_metadata-0`` partition directory (newest snapshot, then the segments after it),
+  a ``__cluster_metadata-0`` partition directory (the whole log when its segments start at offset 0, else
+  the snapshot that bridges to them; ``--from-snapshot``: the newest snapshot, as Kafka loads it),
   a segment (``*.log``), a snapshot (``*.checkpoint``), JSON lines (``*.jsonl``), Avro (``*.avro``).
 
 Ingesting the same bytes twice adds nothing. Damaged or invalid parts land in ``rejected`` with
@@ -29,10 +30,10 @@ from kraftlake.cli.runtime import meter, open_warehouse, storage_options
 from kraftlake.metadata.config import Config
 from kraftlake.storage import DeltaRsTables
 from kraftlake.storage.follow import Follower, FollowError, print_poll
-from kraftlake.storage.ingest import SourceSummary, StrictModeError, ingest
+from kraftlake.storage.ingest import HistoryConflict, SourceSummary, StrictModeError, ingest
 
 
-def print_summary(summary: SourceSummary) -> None:
+def print_summary(summary: SourceSummary, warehouse: str = "W") -> None:
     if summary.status == "already ingested":
         print(f"{summary.source} ({summary.kind}): already ingested, nothing added")
         return
@@ -42,8 +43,8 @@ def print_summary(summary: SourceSummary) -> None:
     print(f"{summary.source} ({summary.kind}): {summary.records:,} records, {span}, "
           f"{summary.bytes:,} bytes read, {summary.rejected} rejected, {summary.seconds:.2f} s "
           f"({rate:,.0f} records/s)")
-    if summary.skipped_existing:
-        print(f"  {summary.skipped_existing:,} records at or below the log end were already in metadata_log")
+    for line in summary.notes(warehouse):
+        print(f"  {line}")
     for type_, count in sorted(summary.by_type.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"  {type_:<40} {count:>12,}")
     if summary.quorum_state is not None:
@@ -55,8 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("sources", nargs="*", help="partition directories, segments, snapshots, .jsonl, .avro")
     parser.add_argument("--follow", metavar="DIR",
                         help="tail a live node's __cluster_metadata-0 directory until stopped (no other sources)")
-    parser.add_argument("--full-history", action="store_true",
-                        help="for a directory: read every segment from its first record, ignoring snapshots")
+    history = parser.add_mutually_exclusive_group()
+    history.add_argument("--full-history", action="store_true",
+                         help="for a directory: read every segment from its first record, ignoring snapshots")
+    history.add_argument("--from-snapshot", action="store_true",
+                         help="for a directory: the newest snapshot, then the records after it (Kafka's loader)")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="summary format")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
@@ -66,15 +70,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.follow:
         return follow(config, args.follow)
     warehouse = open_warehouse(config, "kraftlake-ingest")
-    printer = print_summary if args.format == "text" else \
-        (lambda s: print(json.dumps(s.as_dict(), default=str)))
+
+    def printer(summary: SourceSummary) -> None:
+        if args.format == "text":
+            print_summary(summary, warehouse.root)
+        else:
+            print(json.dumps(summary.as_dict(), default=str))
+        for warning in summary.warnings(warehouse.root):
+            print(f"ingest: warning: {warning}", file=sys.stderr)
+
     try:
         summaries = ingest(warehouse, args.sources, strict=config.get_bool("kraftlake.strict"),
-                           full_history=args.full_history,
+                           full_history=args.full_history, from_snapshot=args.from_snapshot,
                            batch_records=config.get_int("kraftlake.ingest.batch.records", minimum=1),
                            meter=lambda source: meter(config, f"ingest {source}"), on_source=printer)
     except StrictModeError as exc:
         print(f"ingest: {exc}; nothing of this source was committed", file=sys.stderr)
+        return 1
+    except HistoryConflict as exc:
+        print(f"ingest: {exc}", file=sys.stderr)
         return 1
     except (OSError, ValueError) as exc:
         print(f"ingest: {exc}", file=sys.stderr)

@@ -313,7 +313,10 @@ def decode_snapshot(path: str | os.PathLike) -> Iterator[Item]:
 
     Records in a snapshot file carry offsets counted from 0 inside the file; the log gives them no
     offset of their own. They stand for the state at ``endOffset - 1``, so they get the offsets just
-    below ``endOffset``, in file order, which keeps the log's offsets unique and increasing.
+    below ``endOffset``, in file order: "the image at offset X" keeps its meaning, and a read of the
+    snapshot and then the segment records from ``endOffset`` keeps the offsets unique and increasing.
+    Those offsets are also the segment records' the snapshot summarises: a warehouse holds one or the
+    other at an offset, never both (``storage.ingest``, ADR 0010).
     """
     named = snapshot_end_offset(path)
     items = list(decode_file(path))
@@ -338,29 +341,102 @@ def list_partition_dir(path: str | os.PathLike) -> tuple[list[Path], list[Path]]
     return segments, snapshots
 
 
-def decode_partition_dir(path: str | os.PathLike, full_history: bool = False) -> Iterator[Item]:
-    """The newest snapshot, then every segment's records after it, in offset order.
+# Where a read of a partition directory starts (ingest's default, --from-snapshot, --full-history; ADR 0010).
+HISTORY = "history"  # the whole log when the segments hold it, else the snapshot that bridges to them
+FROM_SNAPSHOT = "from-snapshot"  # Kafka's loader: the newest snapshot, then the records after it
+FULL_HISTORY = "full-history"  # every segment from its first record, snapshots ignored
+STARTS = (HISTORY, FROM_SNAPSHOT, FULL_HISTORY)
 
-    With ``full_history`` the snapshots are ignored and every segment is read from its first record:
-    the whole history, when the segments still reach back to offset 0.
+
+@dataclass(frozen=True)
+class DirectoryPlan:
+    """What a read of a partition directory takes (at most one snapshot, then the segment records from
+    ``segment_start``) and what of the log it leaves out, so that a reader can say so."""
+
+    snapshot: Path | None
+    segments: tuple[Path, ...]
+    log_start: int | None  # the first segment's base offset; None without segments
+    segment_start: int | None  # segment records below it are not read (the snapshot stands for them)
+    held_before: bool = False  # the reader holds the log below ``log_start`` already
+
+    @property
+    def first_offset(self) -> int | None:
+        """The lowest offset a read of this plan can yield a segment record at (a snapshot's records lie
+        below its end offset: see ``decode_snapshot``)."""
+        return self.segment_start if self.segment_start is not None else self.log_start
+
+    @property
+    def summarised(self) -> tuple[int, int] | None:
+        """(first, last) offsets of the segment records not read because the snapshot stands for them."""
+        if self.snapshot is None or self.log_start is None:
+            return None
+        end = snapshot_end_offset(self.snapshot)[0]
+        return (self.log_start, end - 1) if end > self.log_start else None
+
+    @property
+    def missing(self) -> tuple[int, int] | None:
+        """(first, last) offsets of the log that are neither read nor summarised by the snapshot read:
+        deleted from the directory (Kafka's retention) with no snapshot to stand for them."""
+        if self.held_before or self.log_start is None or \
+                self.segment_start is not None and self.segment_start > self.log_start:
+            return None
+        covered = snapshot_end_offset(self.snapshot)[0] if self.snapshot is not None else 0
+        return (covered, self.log_start - 1) if self.log_start > covered else None
+
+
+def plan_partition_dir(path: str | os.PathLike, start: str = FROM_SNAPSHOT,
+                       held_before: bool = False) -> DirectoryPlan:
+    """Which snapshot and segment records a read of the directory takes (``start``: one of ``STARTS``).
+
+    ``held_before``: the reader already holds the log up to the first segment's base offset, so its
+    segments continue what it has and no snapshot is needed to reach them (Kafka's loader, too, reads
+    a snapshot only when it is behind the log's start). Otherwise ``HISTORY`` reads every segment when
+    they start at offset 0, else the snapshot that bridges the gap: the one with the smallest end offset
+    at or above the first segment's base offset (the most of the log left as records), then the records
+    from its end offset. ``FROM_SNAPSHOT`` takes the newest snapshot instead; ``FULL_HISTORY`` none.
     """
+    if start not in STARTS:
+        raise ValueError(f"unknown start {start!r}; expected one of {', '.join(STARTS)}")
     segments, snapshots = list_partition_dir(path)
     if not segments and not snapshots:
         inner = Path(path) / "__cluster_metadata-0"
         hint = f"; the metadata log's partition directory is {inner}" if inner.is_dir() else ""
         raise FileNotFoundError(f"{path}: no log segments (*.log) or snapshots (*.checkpoint){hint}")
-    start = None
-    if snapshots and not full_history:
-        newest = snapshots[-1]
-        start = snapshot_end_offset(newest)[0]
-        yield from decode_snapshot(newest)
-    for segment in segments:
-        yield from decode_file(segment, min_offset=start)
+    log_start = int(SEGMENT_NAME.match(segments[0].name).group(1)) if segments else None
+    snapshot = None
+    if start == FROM_SNAPSHOT and snapshots and not held_before:
+        snapshot = snapshots[-1]
+    elif start == HISTORY and snapshots and not held_before:
+        if log_start is None:
+            snapshot = snapshots[-1]
+        elif log_start > 0:
+            snapshot = next((s for s in snapshots if snapshot_end_offset(s)[0] >= log_start), None)
+    if snapshot is None:
+        return DirectoryPlan(None, tuple(segments), log_start, None, held_before)
+    end = snapshot_end_offset(snapshot)[0]
+    # a segment whose successor starts at or below the snapshot's end holds no record the read takes
+    kept = [s for s, after in zip(segments, segments[1:] + [None])
+            if after is None or int(SEGMENT_NAME.match(after.name).group(1)) > end]
+    return DirectoryPlan(snapshot, tuple(kept), log_start, end)
 
 
-def read_partition_dir(path: str | os.PathLike, full_history: bool = False) -> Iterator[dict]:
+def decode_plan(plan: DirectoryPlan) -> Iterator[Item]:
+    """The plan's snapshot records (placed just below its end offset), then its segments' records."""
+    if plan.snapshot is not None:
+        yield from decode_snapshot(plan.snapshot)
+    for segment in plan.segments:
+        yield from decode_file(segment, min_offset=plan.segment_start)
+
+
+def decode_partition_dir(path: str | os.PathLike, start: str = FROM_SNAPSHOT) -> Iterator[Item]:
+    """A partition directory's records in offset order; by default as Kafka's loader reads it (the newest
+    snapshot, then the records after it), ``start`` says otherwise (``plan_partition_dir``)."""
+    return decode_plan(plan_partition_dir(path, start))
+
+
+def read_partition_dir(path: str | os.PathLike, start: str = FROM_SNAPSHOT) -> Iterator[dict]:
     """Events only, for callers that must not go on past damage (tests, strict tools)."""
-    for item in decode_partition_dir(path, full_history):
+    for item in decode_partition_dir(path, start):
         if isinstance(item, Rejection):
             raise CorruptLogError(item)
         yield item

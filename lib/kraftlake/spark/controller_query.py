@@ -33,8 +33,8 @@ from kraftlake.metadata.progress import Meter
 from kraftlake.metadata.schemas import StructSpec, registry
 from kraftlake.metadata.tables import (FIXED_COLUMNS, derived_tables, metadata_log_schema, table_arrow_schema, table_keys,
                                        tables_of)
-from kraftlake.spark.queries import (LogProgress, MetadataLogEnd, delete_dir, group_keys, parse_state, query_id,
-                                     start_sink, supervise)
+from kraftlake.spark.queries import (BackfillGuard, LogProgress, MetadataLogEnd, delete_dir, group_keys, parse_state,
+                                     query_id, start_sink, supervise)
 from kraftlake.spark.quorum_query import start_quorum
 from kraftlake.storage import NATIVE, PAYLOAD, Warehouse
 from kraftlake.storage.lease import Lease
@@ -455,13 +455,22 @@ def run(warehouse: Warehouse, settings: ControllerSettings, meter: Meter | None 
     the log's end the controller is.
 
     Holds the warehouse's controller lease throughout (``lease``, if the caller took it already; else it
-    is taken here, and ``LeaseHeld`` raised if another controller holds it). Losing it stops the queries."""
+    is taken here, and ``LeaseHeld`` raised if another controller holds it). Losing it stops the queries; so
+    does a backfill of ``metadata_log`` below what they read (``RuntimeError`` saying to rebuild with --reset)."""
     holding = nullcontext(lease) if lease is not None else controller_lease(warehouse, settings).held()
     with holding as held:
+        guard = BackfillGuard(warehouse, settings.checkpoint)  # refuses tables that missed a backfill
+        guard.check()
+        guard.save()  # before the queries write: a checkpoint always says which version its tables started from
         query = start(warehouse, settings)
         quorum = start_quorum(warehouse, settings.checkpoint, settings.once, settings.kafka_config,
                               settings.max_records_per_batch, settings.trigger_interval_ms)
         meter = meter or Meter("controller", "offsets", enabled=False, out=out)
         progress = LogProgress(MetadataLogEnd(warehouse), meter, settings.once, status_every)
-        return supervise({"controller": query, "quorum": quorum}, settings.once, settings.checkpoint, progress,
-                         out, held)
+        finished = supervise({"controller": query, "quorum": quorum}, settings.once, settings.checkpoint, progress,
+                             out, held, guard.check)
+        try:
+            guard.save()
+        except OSError:
+            pass  # only a shortcut: the next start then reads the commits since the version saved at this start
+        return finished

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from kraftlake.metadata.progress import Meter
-from kraftlake.storage.deltars import DeltaRsTables, StorageOptions, filesystem
+from kraftlake.storage.deltars import DeltaRsTables, StorageOptions, backfills_since, filesystem
 from kraftlake.storage.lease import Lease
 
 Sink = Callable[[Any, tuple[str, int]], Any]
@@ -93,6 +93,77 @@ def group_keys(checkpoint: str, groups: int, partitions: int, storage_options: S
     with fs.open_output_stream(marker) as stream:
         stream.write(json.dumps({"keys": keys}).encode())
     return keys
+
+
+class BackfillGuard:
+    """Stops the queries when ``metadata_log`` was backfilled after they read it (ADR 0010).
+
+    Their source reads offsets above its position only, so rows an ingest adds below it (older history,
+    a gap) would never reach the tables. Every backfill leaves a note in its commit's info
+    (``DeltaRsTables.backfill``); the checkpoint keeps, in ``kraftlake-log.json``, the ``metadata_log``
+    version up to which there was none, and each check reads only the commits since (one log listing when
+    nothing was committed). A checkpoint of an earlier release, without that file, is checked from the
+    table's first commit that its log still holds."""
+
+    FILE = "kraftlake-log.json"
+
+    def __init__(self, tables: DeltaRsTables, checkpoint: str) -> None:
+        self.tables, self.checkpoint = tables, checkpoint
+        self.version: int | None = None
+        self.table: Any = None
+
+    def _path(self) -> tuple[Any, str]:
+        fs, path = filesystem(self.checkpoint, self.tables.storage_options)
+        return fs, f"{path}/{self.FILE}"
+
+    def _recorded(self) -> int | None:
+        fs, path = self._path()
+        if fs.get_file_info(path).type != pafs.FileType.File:
+            return None
+        with fs.open_input_stream(path) as stream:
+            return int(json.loads(stream.read().decode())["metadata_log_version"])
+
+    def stale(self) -> str | None:
+        """Why the tables of this checkpoint no longer match ``metadata_log`` (None: they do, or no checkpoint
+        says what they read); advances the version checked when they do."""
+        if self.table is None:
+            if not self.tables.exists("metadata_log"):
+                return None
+            self.table = self.tables.table("metadata_log")
+            self.version = self._recorded()
+            if self.version is None and query_id(self.checkpoint, self.tables.storage_options) is None:
+                self.version = self.table.version()  # a new checkpoint: its tables read from here on
+                return None
+        else:
+            self.table.update_incremental()
+        recorded = self.version
+        notes, complete = backfills_since(self.table, -1 if recorded is None else recorded)
+        remedy = (f"rebuild them with jobs/controller.py --warehouse {self.tables.root} --once --reset (it replays "
+                  "the whole log)")
+        if notes:
+            note = notes[0]
+            return (f"metadata_log was backfilled below offset {note['below']} (ingest of {note['source']}, "
+                    f"metadata_log version {note['version']}) after these tables were computed: {remedy}")
+        if not complete and recorded is not None:
+            return (f"metadata_log's commits after version {recorded}, which these tables were computed up to, "
+                    f"have expired from its log, so whether it was backfilled since cannot be told: {remedy}")
+        self.version = self.table.version()
+        return None
+
+    def check(self) -> None:
+        """``RuntimeError`` (one line, with the remedy) when ``stale``."""
+        reason = self.stale()
+        if reason is not None:
+            raise RuntimeError(reason)
+
+    def save(self) -> None:
+        """Record the version checked, so that the next start reads only the commits after it."""
+        if self.version is None:
+            return
+        fs, path = self._path()
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        with fs.open_output_stream(path) as stream:
+            stream.write(json.dumps({"metadata_log_version": self.version}).encode())
 
 
 def delete_dir(target: str, storage_options: StorageOptions = None) -> None:
@@ -204,11 +275,12 @@ def failure_message(name: str, error: str, checkpoint: str) -> str:
 
 def supervise(queries: Mapping[str, Any], once: bool, checkpoint: str,
               on_progress: Callable[[dict | None], None] | None = None, out: TextIO | None = None,
-              lease: Lease | None = None) -> bool:
+              lease: Lease | None = None, guard: Callable[[], None] | None = None) -> bool:
     """Wait for the queries until they end (``once``) or forever; False if stopped by a signal. One failed
     query stops the others and raises, saying why (see ``failure_message``; ``checkpoint`` is the folder
     holding every query's checkpoint); so does losing ``lease`` (another process took the warehouse over:
-    writing on would race it). ``on_progress`` sees the first query's ``lastProgress`` about once a second
+    writing on would race it), and so does ``guard`` raising (checked about once a second, and once more at
+    the end: ``BackfillGuard.check``). ``on_progress`` sees the first query's ``lastProgress`` about once a second
     (``LogProgress`` turns it into progress and status lines).
 
     SIGINT and SIGTERM only set a flag that the loop checks every second before it stops the queries: the
@@ -235,6 +307,7 @@ def supervise(queries: Mapping[str, Any], once: bool, checkpoint: str,
                 for q in queries.values():
                     q.stop()
                 raise RuntimeError(f"stopped: {lease.lost}")
+            _guarded(queries, guard)
             if not once and not all(q.isActive for q in queries.values()):
                 break  # one query failed: stop the others and report
             if on_progress is not None:
@@ -250,10 +323,22 @@ def supervise(queries: Mapping[str, Any], once: bool, checkpoint: str,
                 for other in queries.values():
                     other.stop()
                 raise RuntimeError(failure_message(name, str(q.exception()), checkpoint))
+        _guarded(queries, guard)
         return True
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _guarded(queries: Mapping[str, Any], guard: Callable[[], None] | None) -> None:
+    if guard is None:
+        return
+    try:
+        guard()
+    except RuntimeError:
+        for q in queries.values():
+            q.stop()
+        raise
 
 
 def source_offset(progress: Mapping[str, Any], key: str = "endOffset") -> int | None:

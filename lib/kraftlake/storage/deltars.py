@@ -14,6 +14,7 @@ transaction re-checks it after losing a race, so two writers of one transaction 
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -56,6 +57,9 @@ class Conflict(RuntimeError):
 class FormatError(RuntimeError):
     """The warehouse holds a table in a format this release does not read (``metadata.tables.FORMATS``)."""
 
+
+# The key of a backfill's note in its commit's info (``DeltaRsTables.backfill``).
+BACKFILL = "kraftlake.backfill"
 
 # Marks the rows of an upsert's source that delete their key; never reaches the target table.
 _DELETE_FLAG = "__kraftlake_delete"
@@ -151,8 +155,10 @@ def _local_root(table: DeltaTable) -> str | None:
     return None
 
 
-def dataset(table: DeltaTable, paths: Iterable[str] | None = None) -> pads.Dataset:
-    """The table's active files (or ``paths`` of them, relative to the table) as a pyarrow dataset.
+def dataset(table: DeltaTable, paths: Iterable[str] | None = None, dictionary: Sequence[str] = ()) -> pads.Dataset:
+    """The table's active files (or ``paths`` of them, relative to the table) as a pyarrow dataset; the
+    string columns in ``dictionary`` are read as Parquet stores them, dictionary-encoded (a column of few
+    distinct values, such as ``source``, then costs its indices: 0.24 s instead of 4.8 s for 10^7 rows).
 
     For local tables the files are opened with pyarrow's own LocalFileSystem: delta-rs' dataset goes
     through a filesystem implemented in Python, which Arrow's I/O threads may still call while the
@@ -162,8 +168,12 @@ def dataset(table: DeltaTable, paths: Iterable[str] | None = None) -> pads.Datas
     plus the table schema are the whole snapshot; files that predate a column read it as null.
     """
     root = _local_root(table)
+    schema = pa.schema([f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in dictionary else f
+                        for f in pa.schema(table.schema().to_arrow())])
+    options = pads.ParquetReadOptions(dictionary_columns=list(dictionary))
     if root is None:
-        full = table.to_pyarrow_dataset()
+        full = table.to_pyarrow_dataset(parquet_read_options=options, schema=schema) if dictionary else \
+            table.to_pyarrow_dataset()
         if paths is None:
             return full
         wanted = set(paths)
@@ -171,9 +181,8 @@ def dataset(table: DeltaTable, paths: Iterable[str] | None = None) -> pads.Datas
                                       full.format, full.filesystem)
     relative = [r["path"] for r in pa.table(table.get_add_actions(flatten=True)).select(["path"]).to_pylist()] \
         if paths is None else list(paths)
-    schema = pa.schema(table.schema().to_arrow())
-    return pads.dataset([os.path.join(root, path) for path in relative], schema=schema, format="parquet",
-                        filesystem=pafs.LocalFileSystem())
+    return pads.dataset([os.path.join(root, path) for path in relative], schema=schema,
+                        format=pads.ParquetFileFormat(read_options=options), filesystem=pafs.LocalFileSystem())
 
 
 def _fragments(table: DeltaTable, paths: list[str]) -> dict[str, pads.Fragment]:
@@ -196,6 +205,19 @@ def column_max(table: DeltaTable, column: str) -> Any:
             if best is not None:
                 known.append(best)
     return max(known) if known else None
+
+
+def backfills_since(table: DeltaTable, version: int) -> tuple[list[dict], bool]:
+    """The notes of the backfills (``DeltaRsTables.backfill``) committed to ``table`` (as loaded) after
+    ``version``, oldest first, each with its ``version``; and whether the log still holds every commit
+    since (old commit files expire: the backfills among those cannot be known)."""
+    current = table.version()
+    if current <= version:
+        return [], True
+    commits = table.history(limit=current - version)
+    complete = {c.get("version") for c in commits} >= set(range(version + 1, current + 1))
+    return [{**json.loads(c[BACKFILL]), "version": c["version"]}
+            for c in sorted(commits, key=lambda c: c["version"]) if BACKFILL in c], complete
 
 
 def nth_value_after(table: DeltaTable, column: str, after: int, n: int) -> int | None:
@@ -460,6 +482,30 @@ class DeltaRsTables:
                 if not reusable:
                     raise
         raise Conflict(f"{self.path(name)}: {COMMIT_ATTEMPTS} appends in a row lost to other writers' commits")
+
+    def scan_at(self, name: str, version: int, columns: list[str], filter: pc.Expression,
+                dictionary: Sequence[str] = ()) -> Iterator[pa.RecordBatch]:
+        """The rows of ``version`` of the table that match ``filter``, batch by batch and in no particular
+        order (a long range costs the memory of one batch); ``dictionary``: as in ``dataset``."""
+        table = DeltaTable(self.path(name), version=version, storage_options=self.storage_options)
+        yield from dataset(table, dictionary=dictionary).to_batches(columns=columns, filter=filter)
+
+    def backfill(self, name: str, data: ArrowData, schema: pa.Schema, txn: Txn, read_version: int,
+                 replaced: str | None, note: Mapping[str, Any]) -> None:
+        """Commit ``data`` on top of exactly ``read_version`` (else ``Conflict``, nothing committed), with
+        ``txn``, deleting the rows ``replaced`` matches (a SQL predicate, which every row of ``data`` must
+        match too: delta-rs refuses the write otherwise) in the same commit, and ``note`` in the commit's
+        info under ``BACKFILL``: rows written below a table's end are never seen by a stream that read
+        past them, and that note is how its readers learn of them (``backfills_since``)."""
+        table = DeltaTable(self.path(name), version=read_version, storage_options=self.storage_options)
+        properties = CommitProperties(app_transactions=[Transaction(txn[0], txn[1])], max_commit_retries=0,
+                                      custom_metadata={BACKFILL: json.dumps(dict(note))})
+        try:
+            write_deltalake(table, _as_reader(data, schema), mode="append" if replaced is None else "overwrite",
+                            predicate=replaced, schema_mode="merge", commit_properties=properties,
+                            writer_properties=WRITER)
+        except CommitFailedError as exc:
+            raise Conflict(f"{self.path(name)}: another writer committed after version {read_version}") from exc
 
     def snapshot_max(self, name: str, column: str) -> tuple[int | None, Any]:
         """(version, max of ``column`` in that version): what a write planned on the table's current end

@@ -18,9 +18,9 @@ What a live directory does, and what the follower does about it:
   with ``metadata_log``; one that differs stops it with ``LogRewritten``, naming the offset, before
   anything of the rewrite is committed. Records the same as before are taken as they are.
 
-The first poll of an empty warehouse starts from the newest snapshot, when the directory has one, as
-``ingest`` does. Records of a snapshot are never compared: they stand for a state, not for the log's
-records at those offsets.
+The first poll of an empty warehouse starts where ``ingest`` starts the directory: at offset 0 when its
+segments hold the whole log, else at the snapshot that bridges to them. Records of a snapshot are never
+compared: they stand for a state, not for the log's records at those offsets.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from typing import Callable, TextIO
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kraftlake.codec.logdir import (SEGMENT_NAME, BatchHeader, MappedFile, batch_headers, decode_buffer, decode_snapshot,
-                                    list_partition_dir, snapshot_end_offset)
+from kraftlake.codec.logdir import (HISTORY, SEGMENT_NAME, BatchHeader, MappedFile, batch_headers, decode_buffer,
+                                    decode_snapshot, list_partition_dir, plan_partition_dir, snapshot_end_offset)
 from kraftlake.metadata.rejections import Rejection
 from kraftlake.metadata.tables import metadata_log_schema, table_arrow_schema
 from kraftlake.storage.deltars import DeltaRsTables
@@ -104,18 +104,19 @@ class Follower:
         return None if end is None else int(end)
 
     def _start(self, snapshots: list[Path]) -> PollResult | None:
-        """On the first poll: resume after the log's end, or load the newest snapshot into an empty log."""
+        """On the first poll: resume after the log's end, or start an empty log as ingest reads the
+        directory (from offset 0 when the segments hold it, else from the snapshot that bridges to them)."""
         end = self._log_end()
         if end is not None:
             self.next_offset = end + 1
             return None
         self.next_offset = 0
-        if not snapshots:
+        snapshot = plan_partition_dir(self.directory, HISTORY).snapshot if snapshots else None
+        if snapshot is None:
             return None
-        newest = snapshots[-1]
-        items = list(decode_snapshot(newest))
+        items = list(decode_snapshot(snapshot))
         result = self._commit([i for i in items if isinstance(i, dict)], [i for i in items if isinstance(i, Rejection)])
-        self.next_offset = snapshot_end_offset(newest)[0]
+        self.next_offset = snapshot_end_offset(snapshot)[0]
         return result
 
     def _anchor(self, segments: list[Path]) -> _Cursor | None:
@@ -133,7 +134,7 @@ class Follower:
                 raise FollowError(
                     f"{self.directory}: the log now starts at offset {bases[0][0]}, but metadata_log ends at "
                     f"{last}: records {self.next_offset}..{bases[0][0] - 1} were deleted (retention) before the "
-                    "follower read them. Follow into a new warehouse (it starts from the newest snapshot), or keep "
+                    "follower read them. Follow into a new warehouse (it starts from a snapshot), or keep "
                     "the follower running and metadata.log retention long enough for its pauses.")
             return None
         base, segment = below[-1]
