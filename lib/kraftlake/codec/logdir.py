@@ -17,6 +17,7 @@ from typing import Iterator
 
 from kraftlake.codec import batches
 from kraftlake.codec.batches import BadRecord, BatchError, RecordBatch
+from kraftlake.codec.bounds import Limits, default_limits
 from kraftlake.codec.messages import MessageError, Reader, decode_message
 from kraftlake.metadata.rejections import RAW_LIMIT, Item, Rejection
 from kraftlake.metadata.schemas import UnknownVersionError, registry
@@ -38,7 +39,7 @@ def _damage(source: str, buf: bytes | memoryview, start: int, end: int, reason: 
                      end - start)
 
 
-def _batch_at(buf: bytes | memoryview, pos: int) -> RecordBatch | None:
+def _batch_at(buf: bytes | memoryview, pos: int, limits: Limits) -> RecordBatch | None:
     """The intact batch starting at ``pos``, if there is one (used to resynchronise after damage)."""
     if pos + batches.HEADER_SIZE > len(buf) or buf[pos + 16] != 2:
         return None
@@ -46,25 +47,25 @@ def _batch_at(buf: bytes | memoryview, pos: int) -> RecordBatch | None:
     if length < batches.HEADER_SIZE - batches.LOG_OVERHEAD or pos + batches.LOG_OVERHEAD + length > len(buf):
         return None
     try:
-        return batches.parse_batch(buf, pos)
+        return batches.parse_batch(buf, pos, limits)
     except BatchError:
         return None
 
 
-def _next_intact_batch(buf: bytes | memoryview, start: int) -> RecordBatch | None:
+def _next_intact_batch(buf: bytes | memoryview, start: int, limits: Limits) -> RecordBatch | None:
     pos = start
     data = buf if isinstance(buf, (bytes, mmap.mmap)) else bytes(buf)
     while True:
         magic_at = data.find(b"\x02", pos + 16)
         if magic_at < 0:
             return None
-        found = _batch_at(buf, magic_at - 16)
+        found = _batch_at(buf, magic_at - 16, limits)
         if found is not None:
             return found
         pos = magic_at - 16 + 1
 
 
-def _raw_batches(buf: bytes | memoryview, source: str, start: int = 0) -> Iterator[RecordBatch | Rejection]:
+def _raw_batches(buf: bytes | memoryview, source: str, start: int, limits: Limits) -> Iterator[RecordBatch | Rejection]:
     """Batches in file order from byte ``start``; damaged stretches become rejections and scanning resumes
     after them."""
     pos = start
@@ -79,12 +80,12 @@ def _raw_batches(buf: bytes | memoryview, source: str, start: int = 0) -> Iterat
         base_offset, length = struct.unpack_from(">qi", buf, pos)
         magic = buf[pos + 16]
         end = pos + batches.LOG_OVERHEAD + length
-        plausible = magic == 2 and batches.HEADER_SIZE - batches.LOG_OVERHEAD <= length <= batches.MAX_BATCH_SIZE
+        plausible = magic == 2 and batches.HEADER_SIZE - batches.LOG_OVERHEAD <= length <= limits.batch_bytes
         if plausible and end <= size:
             try:
-                batch = batches.parse_batch(buf, pos)
+                batch = batches.parse_batch(buf, pos, limits)
             except BatchError as exc:
-                after = _batch_at(buf, end) if end < size else None
+                after = _batch_at(buf, end, limits) if end < size else None
                 if after is not None or end == size:
                     # the length held: the damage is inside this batch only
                     yield _damage(source, buf, pos, end, str(exc), base_offset, exc.error)
@@ -100,7 +101,7 @@ def _raw_batches(buf: bytes | memoryview, source: str, start: int = 0) -> Iterat
                       f"the file has {size - pos} left (normal for the active segment of a running node)")
         else:
             reason = f"no record batch here (magic byte {magic}, batch length {length})"
-        resync = _next_intact_batch(buf, pos + 1)
+        resync = _next_intact_batch(buf, pos + 1, limits)
         stop = resync.position if resync is not None else size
         yield _damage(source, buf, pos, stop, reason, base_offset if plausible else None)
         pos = stop
@@ -118,8 +119,8 @@ class BatchHeader:
     crc: int
 
 
-def batch_headers(buf: bytes | memoryview, start: int = 0,
-                  limit: int | None = None) -> tuple[list[BatchHeader], str]:
+def batch_headers(buf: bytes | memoryview, start: int = 0, limit: int | None = None,
+                  limits: Limits | None = None) -> tuple[list[BatchHeader], str]:
     """The headers of the whole batches from byte ``start``, and why the walk stopped there: ``end`` (the
     buffer ends on a batch boundary), ``partial`` (a batch is still being written: its header or its
     bytes are not all there yet) or ``damage`` (no plausible batch header: corruption).
@@ -127,12 +128,13 @@ def batch_headers(buf: bytes | memoryview, start: int = 0,
     Cheap (61 bytes per batch), so a tail of a live segment can find its place without decoding. At most
     ``limit`` headers (the walk then stops with ``end``)."""
     headers, pos, size = [], start, len(buf)
+    max_bytes = (limits or default_limits()).batch_bytes
     while pos < size and (limit is None or len(headers) < limit):
         if size - pos < batches.HEADER_SIZE:
             return headers, "partial"
         base_offset, length, epoch, magic, crc = struct.unpack_from(">qiibI", buf, pos)
         _attributes, last_delta = struct.unpack_from(">hi", buf, pos + batches.CRC_START)
-        if magic != 2 or not batches.HEADER_SIZE - batches.LOG_OVERHEAD <= length <= batches.MAX_BATCH_SIZE:
+        if magic != 2 or not batches.HEADER_SIZE - batches.LOG_OVERHEAD <= length <= max_bytes:
             return headers, "damage"
         end = pos + batches.LOG_OVERHEAD + length
         if end > size:
@@ -142,8 +144,8 @@ def batch_headers(buf: bytes | memoryview, start: int = 0,
     return headers, "end"
 
 
-def _checked_batches(buf: bytes | memoryview, source: str, first_offset: int | None = None,
-                     start: int = 0) -> Iterator[RecordBatch | Rejection]:
+def _checked_batches(buf: bytes | memoryview, source: str, first_offset: int | None, start: int,
+                     limits: Limits) -> Iterator[RecordBatch | Rejection]:
     """Batches whose offsets and epochs continue the log.
 
     baseOffset and partitionLeaderEpoch are outside the CRC, so a flipped bit there passes the CRC. A
@@ -187,7 +189,7 @@ def _checked_batches(buf: bytes | memoryview, source: str, first_offset: int | N
         last_epoch = batch.leader_epoch
         return batch
 
-    for item in _raw_batches(buf, source, start):
+    for item in _raw_batches(buf, source, start, limits):
         if isinstance(item, Rejection):
             if pending is not None:
                 yield settle(pending, None)
@@ -232,10 +234,10 @@ def _decode_value(batch: RecordBatch, record: batches.Record) -> tuple[str, int,
 
 
 def decode_buffer(buf: bytes | memoryview, source: str, first_offset: int | None = None,
-                  start: int = 0) -> Iterator[Item]:
+                  start: int = 0, limits: Limits | None = None) -> Iterator[Item]:
     """Events and rejections of a buffer holding record batches (a segment or a snapshot), from byte
     ``start`` (a batch boundary; ``first_offset`` is then that batch's base offset)."""
-    for item in _checked_batches(buf, source, first_offset, start):
+    for item in _checked_batches(buf, source, first_offset, start, limits or default_limits()):
         if isinstance(item, Rejection):
             yield item
             continue
@@ -244,7 +246,7 @@ def decode_buffer(buf: bytes | memoryview, source: str, first_offset: int | None
             if isinstance(record, BadRecord):
                 yield Rejection(source, batch.position, None, "CORRUPT_MESSAGE",
                                 f"record at byte {record.position} of the batch's records: {record.reason}",
-                                record.raw[:RAW_LIMIT], len(record.raw))
+                                record.raw, record.raw_length)
                 break
             try:
                 type_, version, data = _decode_value(batch, record)
@@ -283,7 +285,8 @@ class MappedFile:
         self.file.close()
 
 
-def decode_file(path: str | os.PathLike, min_offset: int | None = None) -> Iterator[Item]:
+def decode_file(path: str | os.PathLike, min_offset: int | None = None,
+                limits: Limits | None = None) -> Iterator[Item]:
     """A segment (``.log``) or a snapshot (``.checkpoint``), from its first byte.
 
     ``min_offset`` skips records below it (a segment's records already covered by a snapshot).
@@ -294,7 +297,7 @@ def decode_file(path: str | os.PathLike, min_offset: int | None = None) -> Itera
     first_offset = int(segment.group(1)) if segment else 0 if snapshot_end_offset(path) else None
     mapped = MappedFile(path)
     try:
-        for item in decode_buffer(mapped.buf, str(path), first_offset):
+        for item in decode_buffer(mapped.buf, str(path), first_offset, limits=limits):
             if min_offset is not None and isinstance(item, dict) and item["offset"] < min_offset:
                 continue
             yield item
@@ -308,7 +311,7 @@ def snapshot_end_offset(path: str | os.PathLike) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-def decode_snapshot(path: str | os.PathLike) -> Iterator[Item]:
+def decode_snapshot(path: str | os.PathLike, limits: Limits | None = None) -> Iterator[Item]:
     """A snapshot's records, placed just before its end offset.
 
     Records in a snapshot file carry offsets counted from 0 inside the file; the log gives them no
@@ -316,7 +319,7 @@ def decode_snapshot(path: str | os.PathLike) -> Iterator[Item]:
     below ``endOffset``, in file order, which keeps the log's offsets unique and increasing.
     """
     named = snapshot_end_offset(path)
-    items = list(decode_file(path))
+    items = list(decode_file(path, limits=limits))
     events = [i for i in items if isinstance(i, dict)]
     if named is not None:
         end_offset = named[0]
@@ -338,7 +341,8 @@ def list_partition_dir(path: str | os.PathLike) -> tuple[list[Path], list[Path]]
     return segments, snapshots
 
 
-def decode_partition_dir(path: str | os.PathLike, full_history: bool = False) -> Iterator[Item]:
+def decode_partition_dir(path: str | os.PathLike, full_history: bool = False,
+                         limits: Limits | None = None) -> Iterator[Item]:
     """The newest snapshot, then every segment's records after it, in offset order.
 
     With ``full_history`` the snapshots are ignored and every segment is read from its first record:
@@ -353,9 +357,9 @@ def decode_partition_dir(path: str | os.PathLike, full_history: bool = False) ->
     if snapshots and not full_history:
         newest = snapshots[-1]
         start = snapshot_end_offset(newest)[0]
-        yield from decode_snapshot(newest)
+        yield from decode_snapshot(newest, limits)
     for segment in segments:
-        yield from decode_file(segment, min_offset=start)
+        yield from decode_file(segment, min_offset=start, limits=limits)
 
 
 def read_partition_dir(path: str | os.PathLike, full_history: bool = False) -> Iterator[dict]:

@@ -35,6 +35,7 @@ from typing import Callable, TextIO
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kraftlake.codec.bounds import Limits, default_limits
 from kraftlake.codec.logdir import (SEGMENT_NAME, BatchHeader, MappedFile, batch_headers, decode_buffer, decode_snapshot,
                                     list_partition_dir, snapshot_end_offset)
 from kraftlake.metadata.rejections import Rejection
@@ -82,18 +83,20 @@ class _Cursor:
     consumed: deque = field(default_factory=lambda: deque(maxlen=MEMO_BATCHES))  # BatchHeaders read here
 
 
-def _header_at(mapped: MappedFile, position: int) -> BatchHeader | None:
-    headers, _ = batch_headers(mapped.buf, position, limit=1)
+def _header_at(mapped: MappedFile, position: int, limits: Limits) -> BatchHeader | None:
+    headers, _ = batch_headers(mapped.buf, position, limit=1, limits=limits)
     return headers[0] if headers else None
 
 
 class Follower:
     """Tails ``directory`` into ``tables``; ``poll()`` once, or ``run()`` until told to stop."""
 
-    def __init__(self, tables: DeltaRsTables, directory: str | os.PathLike, *, strict: bool = False) -> None:
+    def __init__(self, tables: DeltaRsTables, directory: str | os.PathLike, *, strict: bool = False,
+                 limits: Limits | None = None) -> None:
         self.tables = tables
         self.directory = Path(directory).resolve()
         self.strict = strict
+        self.limits = limits or default_limits()
         self.next_offset: int | None = None
         self.cursor: _Cursor | None = None
 
@@ -113,7 +116,7 @@ class Follower:
         if not snapshots:
             return None
         newest = snapshots[-1]
-        items = list(decode_snapshot(newest))
+        items = list(decode_snapshot(newest, self.limits))
         result = self._commit([i for i in items if isinstance(i, dict)], [i for i in items if isinstance(i, Rejection)])
         self.next_offset = snapshot_end_offset(newest)[0]
         return result
@@ -139,7 +142,7 @@ class Follower:
         base, segment = below[-1]
         mapped = MappedFile(segment)
         try:
-            headers, _ = batch_headers(mapped.buf)
+            headers, _ = batch_headers(mapped.buf, limits=self.limits)
         finally:
             mapped.close()
         position = 0
@@ -154,11 +157,11 @@ class Follower:
             return False
         if not cursor.consumed:
             return True
-        return _header_at(mapped, cursor.consumed[-1].position) == cursor.consumed[-1]
+        return _header_at(mapped, cursor.consumed[-1].position, self.limits) == cursor.consumed[-1]
 
     def _rewind(self, cursor: _Cursor, mapped: MappedFile) -> None:
         """After a rewrite: back to just after the last consumed batch that is still there as it was."""
-        while cursor.consumed and _header_at(mapped, cursor.consumed[-1].position) != cursor.consumed[-1]:
+        while cursor.consumed and _header_at(mapped, cursor.consumed[-1].position, self.limits) != cursor.consumed[-1]:
             cursor.consumed.pop()
         if cursor.consumed:
             cursor.position = cursor.consumed[-1].position + cursor.consumed[-1].size
@@ -194,13 +197,14 @@ class Follower:
     def _read(self, cursor: _Cursor, mapped: MappedFile, rolled: bool) -> PollResult:
         """The whole batches after ``cursor.position`` (all the bytes once the segment has rolled: a partial
         batch there will never be completed and is damage)."""
-        headers, stop = batch_headers(mapped.buf, cursor.position)
+        headers, stop = batch_headers(mapped.buf, cursor.position, limits=self.limits)
         end = len(mapped.buf) if rolled or stop == "damage" else (headers[-1].position + headers[-1].size
                                                                     if headers else cursor.position)
         if end <= cursor.position:
             return PollResult()
         first = headers[0].base_offset if headers and headers[0].position == cursor.position else None
-        items = list(decode_buffer(memoryview(mapped.buf)[:end], str(cursor.segment), first, cursor.position))
+        items = list(decode_buffer(memoryview(mapped.buf)[:end], str(cursor.segment), first, cursor.position,
+                                   self.limits))
         seen = [i for i in items if isinstance(i, dict) and i["offset"] < self.next_offset]
         new = [i for i in items if isinstance(i, dict) and i["offset"] >= self.next_offset]
         rejections = [i for i in items if isinstance(i, Rejection) and (i.offset is None or i.offset >= self.next_offset)]

@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from kraftlake import codec
 from kraftlake.codec import events
+from kraftlake.codec.bounds import Limits
 from kraftlake.codec.logdir import SNAPSHOT_NAME
 from kraftlake.metadata.config import defaults
 from kraftlake.metadata.progress import Meter
@@ -116,17 +117,17 @@ def fingerprint(path: Path, kind: str, full_history: bool) -> tuple[str, int]:
     return digest.hexdigest(), total
 
 
-def read_source(path: Path, kind: str, full_history: bool) -> Iterator[Item]:
+def read_source(path: Path, kind: str, full_history: bool, limits: Limits | None = None) -> Iterator[Item]:
     if kind == "partition-dir":
-        return codec.decode_partition_dir(path, full_history)
+        return codec.decode_partition_dir(path, full_history, limits)
     if kind == "segment":
-        return codec.decode_file(path)
+        return codec.decode_file(path, limits=limits)
     if kind == "snapshot":
-        return codec.decode_snapshot(path)
+        return codec.decode_snapshot(path, limits)
     if kind == "json-lines":
-        return events.read_json_lines(path)
+        return events.read_json_lines(path, limits)
     if kind == "avro":
-        return events.read_avro(path)
+        return events.read_avro(path, limits)
     return iter([Rejection(str(path), 0, None, "INVALID_RECORD",
                            "not a Kafka log segment, snapshot, partition directory, JSON lines or Avro file")])
 
@@ -261,9 +262,11 @@ def read_quorum_files(path: Path) -> tuple[list[dict], list[Rejection]]:
 
 
 def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_history: bool = False,
-                  batch_records: int | None = None, meter: Meter | None = None) -> SourceSummary:
+                  batch_records: int | None = None, meter: Meter | None = None,
+                  limits: Limits | None = None) -> SourceSummary:
     """Ingest one source; ``batch_records`` events per Delta commit (``kraftlake.ingest.batch.records``);
-    progress goes to ``meter`` (its unit and total are set here, from the source)."""
+    progress goes to ``meter`` (its unit and total are set here, from the source); the source is read
+    within ``limits`` (``kraftlake.decode.*``)."""
     batch_records = batch_records or int(defaults()["kraftlake.ingest.batch.records"])
     path = Path(source).resolve()
     started = time.monotonic()
@@ -289,7 +292,7 @@ def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_his
         sequencer = _Sequencer(summary, 0 if log_end is None else int(log_end) + 1, strict)
         progress = _SourceProgress(meter, path, kind, full_history)
         batches = (events_to_arrow(chunk, schema) for chunk in
-                   _chunks(sequencer.events(read_source(path, kind, full_history), progress), batch_records))
+                   _chunks(sequencer.events(read_source(path, kind, full_history, limits), progress), batch_records))
         if log_done:  # the log commit is there (a run that died before the rejections', or a concurrent
             for _ in batches:  # ingest of the same bytes): only the rejections may still be owed
                 pass
@@ -322,13 +325,15 @@ def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_his
 
 def ingest(tables: Tables, sources: Iterable[str], *, strict: bool = False, full_history: bool = False,
            batch_records: int | None = None, meter: Callable[[str], Meter] | None = None,
-           on_source: Callable[[SourceSummary], None] | None = None) -> list[SourceSummary]:
+           on_source: Callable[[SourceSummary], None] | None = None,
+           limits: Limits | None = None) -> list[SourceSummary]:
     """Ingest each source in the order given (offsets continue across them); ``meter(label)`` makes each
     source's progress meter."""
     summaries = []
     for source in sources:
         summary = ingest_source(tables, os.fspath(source), strict=strict, full_history=full_history,
-                                batch_records=batch_records, meter=None if meter is None else meter(os.fspath(source)))
+                                batch_records=batch_records, meter=None if meter is None else meter(os.fspath(source)),
+                                limits=limits)
         summaries.append(summary)
         if on_source is not None:
             on_source(summary)

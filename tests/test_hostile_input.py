@@ -1,0 +1,131 @@
+"""Inputs written by an attacker (issue 28): a log directory copied from anywhere, a JSON lines or Avro file
+taken from someone else. Each attack is reproduced on a small crafted input; what is asserted is that it
+costs no more than its limit (memory measured with tracemalloc, work counted, never wall-clock time), that
+the bad part lands in ``rejected`` with its location, and that the valid data around it is kept."""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+import tracemalloc
+from pathlib import Path
+from typing import Callable, Iterable
+
+import crc32c
+import fastavro
+import pytest
+
+from kraftlake.codec import batches, events as events_mod
+from kraftlake.codec.bounds import Limits
+from kraftlake.codec.logdir import decode_buffer
+from kraftlake.codec.writer import encode_events, record_key_value
+from kraftlake.metadata.rejections import Rejection
+from kraftlake.raft.replica import Replica, traffic_event
+
+KIB, MIB = 1 << 10, 1 << 20
+# a bomb's compressed bytes fit a batch; what they decompress to is bounded by the one record it claims
+SMALL = Limits(batch_bytes=2 * MIB, record_bytes=256 * KIB, event_bytes=64 * KIB)
+NOOP = {"type": "NoOpRecord", "version": 0, "timestamp": 1_700_000_000_000, "leader_epoch": 3, "data": {}}
+
+
+def split(items: Iterable) -> tuple[list[dict], list[Rejection]]:
+    items = list(items)
+    return [i for i in items if isinstance(i, dict)], [i for i in items if isinstance(i, Rejection)]
+
+
+def peak_bytes(work: Callable[[], object]) -> tuple[object, int]:
+    """``work()``'s result and the most Python memory it held at once."""
+    tracemalloc.start()
+    try:
+        result = work()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def raw_batch(base_offset: int, codec: str, body: bytes, record_count: int) -> bytes:
+    """A v2 batch around an arbitrary (compressed) records section, its CRC right: only the size of what
+    it decompresses to is wrong."""
+    after_crc = struct.pack(">hiqqqhii", batches.CODEC_IDS[codec], max(record_count - 1, 0), NOOP["timestamp"],
+                            NOOP["timestamp"], -1, -1, -1, record_count) + body
+    return struct.pack(">qiibI", base_offset, 9 + len(after_crc), 3, 2, crc32c.crc32c(after_crc)) + after_crc
+
+
+def bomb_body(codec: str, size: int) -> bytes:
+    if codec == "snappy-raw":
+        import cramjam
+        return bytes(cramjam.snappy.compress_raw(bytes(size)))
+    return batches.compress(batches.CODEC_IDS[codec], bytes(size))
+
+
+# ---- 28.2: decompression bombs -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "snappy-raw", "lz4", "zstd"])
+def test_a_decompression_bomb_is_rejected_at_its_limit_and_its_neighbours_are_kept(codec):
+    bomb = raw_batch(1, codec.split("-")[0], bomb_body(codec, 16 * MIB), 1)
+    before = encode_events([NOOP], first_offset=0)
+    segment = before + bomb + encode_events([NOOP], first_offset=2)
+    (decoded, rejections), peak = peak_bytes(lambda: split(decode_buffer(segment, "bomb.log", limits=SMALL)))
+    assert [e["offset"] for e in decoded] == [0, 2]
+    (r,) = rejections
+    assert (r.source, r.position, r.offset, r.error) == ("bomb.log", len(before), 1, "MESSAGE_TOO_LARGE")
+    assert "more than its limit of 262,144 bytes" in r.reason
+    # copies of the compressed bytes (the batch's, then its body's), then the output up to about twice its limit
+    assert peak < 3 * len(segment) + 4 * SMALL.record_bytes, f"{codec}: {peak:,} bytes held for a 16 MiB bomb"
+
+
+def test_a_batch_decompresses_to_at_most_its_record_count_times_the_largest_record():
+    records = [(i, 0, None, bytes(40_000)) for i in range(3)]  # a records section of about 120 KB
+    segment = batches.encode_batch(0, 1, NOOP["timestamp"], records, codec="zstd")
+    ok, rejected = split(decode_buffer(segment, "x", limits=Limits(MIB, 50_000, MIB)))
+    assert len(ok) == 0 and all("INVALID_RECORD" == r.error for r in rejected) and len(rejected) == 3  # not metadata
+    _, (too_large,) = split(decode_buffer(segment, "x", limits=Limits(MIB, 30_000, MIB)))
+    assert too_large.error == "MESSAGE_TOO_LARGE" and "limit of 90,000 bytes" in too_large.reason
+
+
+def test_a_bomb_inside_a_json_lines_fetch_response_is_rejected_by_the_replica(tmp_path):
+    response = traffic_event({"type": "FetchResponse", "source": 2, "destination": 1, "data": {
+        "ErrorCode": 0, "HighWatermark": 0, "DivergingEpoch": {"Epoch": -1, "EndOffset": -1},
+        "CurrentLeader": {"LeaderId": 2, "LeaderEpoch": 1}, "Records": []}}, NOOP["timestamp"])
+    bomb = raw_batch(0, "zstd", bomb_body("zstd", 16 * MIB), 1)
+    response["data"]["Responses"][0]["Partitions"][0]["Records"] = base64.b64encode(bomb).decode()
+    path = tmp_path / "traffic.jsonl"
+    path.write_text(json.dumps(response) + "\n")
+    (event,) = events_mod.read_json_lines(path)
+    properties = {"controller.quorum.voters": "1@a:1,2@b:2", "kraftlake.decode.record.max.bytes": str(SMALL.record_bytes)}
+    (rows, _), peak = peak_bytes(lambda: Replica(1).apply({**event, "offset": 7}, properties))
+    (rejected,) = [row for table, row in rows if table == "rejected"]
+    assert (rejected["offset"], rejected["type"], rejected["error"]) == (7, "FetchResponse", "CORRUPT_MESSAGE")
+    assert "more than its limit of 262,144 bytes" in rejected["reason"]
+    assert peak < 4 * SMALL.record_bytes + 2 * MIB
+
+
+def avro_blocks(path: Path, blocks: list[list[dict]], codec: str = "deflate") -> Path:
+    schema = fastavro.parse_schema(events_mod.avro_event_schema())
+    with open(path, "wb") as handle:
+        writer = fastavro.write.Writer(handle, schema, codec=codec)
+        for block in blocks:
+            for event in block:
+                writer.write({"type": event["type"], "version": event["version"], "timestamp": event["timestamp"],
+                              "offset": None, "data": (f"kafka.metadata.{event['type']}", event["data"])})
+            writer.flush()
+    return path
+
+
+def config_record(value: str) -> dict:
+    return {"type": "ConfigRecord", "version": 0, "timestamp": NOOP["timestamp"],
+            "data": {"ResourceType": 4, "ResourceName": "", "Name": "x", "Value": value}}
+
+
+@pytest.mark.parametrize("codec, window", [("deflate", 0), ("bzip2", 0), ("xz", 8 * MIB), ("snappy", 0)])
+def test_an_avro_block_that_decompresses_past_its_limit_is_rejected_and_the_next_blocks_read(tmp_path, codec, window):
+    """``window``: the decoder's own memory, xz's dictionary at the preset fastavro writes with."""
+    good = [config_record("a"), config_record("b")]
+    path = avro_blocks(tmp_path / "bomb.avro", [good, [config_record("0" * 16 * MIB)], good], codec)
+    (read, rejections), peak = peak_bytes(lambda: split(events_mod.read_avro(path, SMALL)))
+    assert [(e["position"], e["data"]["Value"]) for e in read] == [(0, "a"), (1, "b"), (3, "a"), (4, "b")]
+    (r,) = rejections
+    assert (r.position, r.unit, r.error) == (2, "record", "MESSAGE_TOO_LARGE")
+    assert f"Avro block at byte" in r.reason and "limit of 65,536 bytes" in r.reason
+    assert peak < window + path.stat().st_size + 4 * SMALL.event_bytes + MIB
