@@ -22,6 +22,8 @@ from kraftlake.codec.logdir import decode_buffer
 from kraftlake.codec.writer import encode_events, record_key_value
 from kraftlake.metadata.rejections import Rejection
 from kraftlake.raft.replica import Replica, traffic_event
+from kraftlake.storage.deltars import DeltaRsTables
+from kraftlake.storage.follow import Follower
 
 KIB, MIB = 1 << 10, 1 << 20
 # a bomb's compressed bytes fit a batch; what they decompress to is bounded by the one record it claims
@@ -114,7 +116,7 @@ def avro_blocks(path: Path, blocks: list[list[dict]], codec: str = "deflate") ->
 
 
 def config_record(value: str) -> dict:
-    return {"type": "ConfigRecord", "version": 0, "timestamp": NOOP["timestamp"],
+    return {"type": "ConfigRecord", "version": 0, "timestamp": NOOP["timestamp"], "leader_epoch": 3,
             "data": {"ResourceType": 4, "ResourceName": "", "Name": "x", "Value": value}}
 
 
@@ -129,3 +131,75 @@ def test_an_avro_block_that_decompresses_past_its_limit_is_rejected_and_the_next
     assert (r.position, r.unit, r.error) == (2, "record", "MESSAGE_TOO_LARGE")
     assert f"Avro block at byte" in r.reason and "limit of 65,536 bytes" in r.reason
     assert peak < window + path.stat().st_size + 4 * SMALL.event_bytes + MIB
+
+
+# ---- 28.3: resynchronisation after damage -------------------------------------------------------------
+
+def repeated(pattern: bytes, size: int) -> bytes:
+    return (pattern * (size // len(pattern) + 1))[:size]
+
+
+def headers_to_the_end(size: int) -> bytes:
+    """After one byte of garbage, back-to-back batch headers, each plausible in every field and claiming the
+    rest of the file, each with a wrong CRC: every position is a candidate whose length is the file."""
+    out = bytearray(b"\xff")
+    while len(out) + 61 <= size:
+        length = size - len(out) - 12
+        out += struct.pack(">qiibIhiqqqhii", 0, length, 0, 2, 0, 0, 0, 0, 0, -1, -1, -1, 1)
+    return bytes(out + bytes(size - len(out)))
+
+
+def checksummed_bytes(monkeypatch, read: Callable[[], object]) -> int:
+    """How many bytes ``read()`` fed to CRC-32C."""
+    fed = [0]
+    real = crc32c.crc32c
+
+    def counting(data, value=0):
+        fed[0] += len(data)
+        return real(data, value)
+
+    monkeypatch.setattr(crc32c, "crc32c", counting)
+    try:
+        read()
+    finally:
+        monkeypatch.setattr(crc32c, "crc32c", real)
+    return fed[0]
+
+
+@pytest.mark.parametrize("damage", [lambda size: repeated(b"\x02\x00\x08", size), headers_to_the_end],
+                         ids=["02-00-08", "headers-to-the-end"])
+def test_resynchronising_after_damage_costs_work_linear_in_the_file_size(monkeypatch, damage):
+    work = {}
+    for size in (MIB, 4 * MIB):
+        data = damage(size)
+        work[size] = checksummed_bytes(monkeypatch, lambda: split(decode_buffer(data, "d.log")))
+        _, rejections = split(decode_buffer(data, "d.log"))
+        assert [(r.position, r.raw_length) for r in rejections] == [(0, size)]  # nothing in it is a batch
+    assert work[4 * MIB] <= 4.1 * work[MIB] + MIB, work  # checksumming the declared lengths: 16x
+
+
+def test_resynchronising_in_follow_mode_costs_work_linear_in_the_segment_size(monkeypatch, tmp_path):
+    work = {}
+    for size in (MIB, 4 * MIB):
+        directory = tmp_path / f"{size}" / "__cluster_metadata-0"
+        directory.mkdir(parents=True)
+        (directory / f"{0:020d}.log").write_bytes(encode_events([NOOP]) + headers_to_the_end(size))
+        tables = DeltaRsTables(str(tmp_path / f"{size}" / "w"))
+        follower = Follower(tables, directory)
+        work[size] = checksummed_bytes(monkeypatch, follower.poll)
+        assert tables.read_arrow("metadata_log").num_rows == 1 and tables.read_arrow("rejected").num_rows == 1
+    assert work[4 * MIB] <= 4.1 * work[MIB] + MIB, work  # checksumming the declared lengths: 16x
+
+
+@pytest.mark.parametrize("records, value_size", [(1, 10), (1, 3000), (1, 9000), (3, 30_000), (34, 30_000)])
+def test_a_batch_after_damage_is_found_again_whatever_its_size(records, value_size):
+    """The running checksums agree with checksumming the bytes: batches below, at and far above the distance
+    between two of them (``resync.STEP``, 4 KiB) are found again after garbage."""
+    events = [config_record("x" * value_size)] * (2 * records)
+    first = encode_events(events[:records], first_offset=5, batch_records=records)
+    second = encode_events(events[records:], first_offset=5 + records, batch_records=records)
+    garbage = b"\x02\x00\x08" * 7
+    data = garbage + first + b"\x02" * 100 + second
+    decoded, rejections = split(decode_buffer(data, "g.log"))
+    assert [e["offset"] for e in decoded] == list(range(5, 5 + 2 * records))
+    assert [(r.position, r.raw_length) for r in rejections] == [(0, len(garbage)), (len(garbage) + len(first), 100)]

@@ -119,18 +119,20 @@ def compress(codec: int, data: bytes) -> bytes:
     raise ValueError(f"unknown compression codec id {codec}")
 
 
-def parse_batch(buf: bytes | memoryview, pos: int, limits: Limits | None = None) -> RecordBatch:
+def parse_batch(buf: bytes | memoryview, pos: int, limits: Limits | None = None,
+                crc: int | None = None) -> RecordBatch:
     """Parse and verify the batch at ``pos``; the caller knows ``buf`` holds all of it. A compressed
-    records section may decompress to ``limits.decompressed(recordCount)`` bytes at most."""
-    (base_offset, batch_length, leader_epoch, magic, crc, attributes, last_offset_delta,
+    records section may decompress to ``limits.decompressed(recordCount)`` bytes at most. ``crc``: the
+    CRC-32C of its bytes from the attributes on, when the caller computed it already."""
+    (base_offset, batch_length, leader_epoch, magic, stored_crc, attributes, last_offset_delta,
      base_timestamp, max_timestamp, producer_id, _producer_epoch, _base_sequence,
      record_count) = HEADER.unpack_from(buf, pos)
     end = pos + LOG_OVERHEAD + batch_length
     if magic != 2:
         raise BatchError(f"record batch magic {magic} is not supported (only v2)", "UNSUPPORTED_VERSION")
-    actual = crc32c.crc32c(bytes(buf[pos + CRC_START:end]))
-    if actual != crc:
-        raise BatchError(f"CRC-32C mismatch: batch says {crc:#010x}, bytes give {actual:#010x}")
+    actual = crc32c.crc32c(memoryview(buf)[pos + CRC_START:end]) if crc is None else crc
+    if actual != stored_crc:
+        raise BatchError(f"CRC-32C mismatch: batch says {stored_crc:#010x}, bytes give {actual:#010x}")
     body = bytes(buf[pos + HEADER_SIZE:end])
     payload = decompress(attributes & 0x07, body, (limits or default_limits()).decompressed(record_count))
     return RecordBatch(pos, end - pos, base_offset, leader_epoch, attributes, last_offset_delta,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from kraftlake.codec import batches
+from kraftlake.codec import batches, resync
 from kraftlake.codec.batches import BadRecord, BatchError, RecordBatch
 from kraftlake.codec.bounds import Limits, default_limits
 from kraftlake.codec.messages import MessageError, Reader, decode_message
@@ -39,72 +39,47 @@ def _damage(source: str, buf: bytes | memoryview, start: int, end: int, reason: 
                      end - start)
 
 
-def _batch_at(buf: bytes | memoryview, pos: int, limits: Limits) -> RecordBatch | None:
-    """The intact batch starting at ``pos``, if there is one (used to resynchronise after damage)."""
-    if pos + batches.HEADER_SIZE > len(buf) or buf[pos + 16] != 2:
-        return None
-    (length,) = struct.unpack_from(">i", buf, pos + 8)
-    if length < batches.HEADER_SIZE - batches.LOG_OVERHEAD or pos + batches.LOG_OVERHEAD + length > len(buf):
-        return None
-    try:
-        return batches.parse_batch(buf, pos, limits)
-    except BatchError:
-        return None
-
-
-def _next_intact_batch(buf: bytes | memoryview, start: int, limits: Limits) -> RecordBatch | None:
-    pos = start
-    data = buf if isinstance(buf, (bytes, mmap.mmap)) else bytes(buf)
-    while True:
-        magic_at = data.find(b"\x02", pos + 16)
-        if magic_at < 0:
-            return None
-        found = _batch_at(buf, magic_at - 16, limits)
-        if found is not None:
-            return found
-        pos = magic_at - 16 + 1
-
-
 def _raw_batches(buf: bytes | memoryview, source: str, start: int, limits: Limits) -> Iterator[RecordBatch | Rejection]:
     """Batches in file order from byte ``start``; damaged stretches become rejections and scanning resumes
-    after them."""
-    pos = start
-    size = len(buf)
-    while pos < size:
-        if size - pos < batches.HEADER_SIZE:
-            offset = struct.unpack_from(">q", buf, pos)[0] if size - pos >= 8 else None
-            yield _damage(source, buf, pos, size,
-                          f"truncated: {size - pos} bytes at the end, too few for a batch header "
-                          "(normal for the active segment of a running node)", offset)
-            return
-        base_offset, length = struct.unpack_from(">qi", buf, pos)
-        magic = buf[pos + 16]
-        end = pos + batches.LOG_OVERHEAD + length
-        plausible = magic == 2 and batches.HEADER_SIZE - batches.LOG_OVERHEAD <= length <= limits.batch_bytes
-        if plausible and end <= size:
-            try:
-                batch = batches.parse_batch(buf, pos, limits)
-            except BatchError as exc:
-                after = _batch_at(buf, end, limits) if end < size else None
-                if after is not None or end == size:
-                    # the length held: the damage is inside this batch only
-                    yield _damage(source, buf, pos, end, str(exc), base_offset, exc.error)
+    after them (``resync``: in time linear in the buffer's size, whatever it holds)."""
+    with resync.Scanner(buf, limits) as scanner:
+        pos = start
+        size = len(buf)
+        while pos < size:
+            if size - pos < batches.HEADER_SIZE:
+                offset = struct.unpack_from(">q", buf, pos)[0] if size - pos >= 8 else None
+                yield _damage(source, buf, pos, size,
+                              f"truncated: {size - pos} bytes at the end, too few for a batch header "
+                              "(normal for the active segment of a running node)", offset)
+                return
+            base_offset, length = struct.unpack_from(">qi", buf, pos)
+            magic = buf[pos + 16]
+            end = pos + batches.LOG_OVERHEAD + length
+            plausible = magic == 2 and batches.HEADER_SIZE - batches.LOG_OVERHEAD <= length <= limits.batch_bytes
+            if plausible and end <= size:
+                crc = scanner.crc(pos + batches.CRC_START, end)
+                try:
+                    batch = batches.parse_batch(buf, pos, limits, crc)
+                except BatchError as exc:
+                    if crc == struct.unpack_from(">I", buf, pos + 17)[0] or end == size or scanner.intact(end):
+                        # the length held: the damage is inside this batch only
+                        yield _damage(source, buf, pos, end, str(exc), base_offset, exc.error)
+                        pos = end
+                        continue
+                    reason = str(exc)
+                else:
+                    yield batch
                     pos = end
                     continue
-                reason = str(exc)
+            elif plausible:
+                reason = (f"truncated batch: its header says {batches.LOG_OVERHEAD + length} bytes, "
+                          f"the file has {size - pos} left (normal for the active segment of a running node)")
             else:
-                yield batch
-                pos = end
-                continue
-        elif plausible:
-            reason = (f"truncated batch: its header says {batches.LOG_OVERHEAD + length} bytes, "
-                      f"the file has {size - pos} left (normal for the active segment of a running node)")
-        else:
-            reason = f"no record batch here (magic byte {magic}, batch length {length})"
-        resync = _next_intact_batch(buf, pos + 1, limits)
-        stop = resync.position if resync is not None else size
-        yield _damage(source, buf, pos, stop, reason, base_offset if plausible else None)
-        pos = stop
+                reason = f"no record batch here (magic byte {magic}, batch length {length})"
+            found = scanner.next_intact(pos + 1)
+            stop = size if found is None else found
+            yield _damage(source, buf, pos, stop, reason, base_offset if plausible else None)
+            pos = stop
 
 
 @dataclass(frozen=True)
