@@ -22,6 +22,7 @@ from kraftlake.codec.logdir import decode_buffer
 from kraftlake.codec.writer import encode_events, record_key_value
 from kraftlake.metadata.rejections import Rejection
 from kraftlake.raft.replica import Replica, traffic_event
+from kraftlake.storage import ingest
 from kraftlake.storage.deltars import DeltaRsTables
 from kraftlake.storage.follow import Follower
 
@@ -203,3 +204,126 @@ def test_a_batch_after_damage_is_found_again_whatever_its_size(records, value_si
     decoded, rejections = split(decode_buffer(data, "g.log"))
     assert [e["offset"] for e in decoded] == list(range(5, 5 + 2 * records))
     assert [(r.position, r.raw_length) for r in rejections] == [(0, len(garbage)), (len(garbage) + len(first), 100)]
+
+
+# ---- 28.5: a malformed line or record is rejected alone ----------------------------------------------
+
+HEARTBEAT = {"type": "BrokerHeartbeatRequest", "version": 1, "timestamp": 1763580879457,
+             "data": {"BrokerId": 1, "BrokerEpoch": 8, "WantShutDown": True}}
+
+
+def quota(value: object) -> dict:
+    return {"type": "ClientQuotaRecord", "version": 0, "timestamp": 1,
+            "data": {"Entity": [{"EntityType": "user", "EntityName": "u"}], "Key": "producer_byte_rate",
+                     "Value": value, "Remove": False}}
+
+
+MALFORMED_LINES = {
+    "nested": "[" * 30_000 + "]" * 30_000,
+    "nested data": json.dumps({**HEARTBEAT, "data": {"BrokerId": 1}})[:-2] + ', "X": ' + "[" * 20_000 + "]" * 20_000 + "}}",
+    "offset 10^20": json.dumps({**HEARTBEAT, "offset": 10**20}),
+    "timestamp 10^20": json.dumps({**HEARTBEAT, "timestamp": 10**20}),
+    "timestamp 1e300": json.dumps({**HEARTBEAT, "timestamp": 1e300}),
+    "leader_epoch 2^40": json.dumps({**HEARTBEAT, "leader_epoch": 2**40}),
+    "5000 digits": json.dumps(HEARTBEAT)[:-1] + ', "offset": ' + "9" * 5000 + "}",
+    "float64 10^400": json.dumps(quota(10**400)),
+    "lone surrogate": json.dumps(quota(1.0)).replace('"u"}', '"\\ud800"}'),
+    "surrogate key": json.dumps({**HEARTBEAT, "data": {"\ud800" * 3: 1}}),
+    "base64 not ASCII": json.dumps({"type": "FetchSnapshotResponse", "version": 0, "timestamp": 1, "data": {}})[:-2]
+    + '"ErrorCode": 0}}',
+    "not an object": "[1, 2, 3]",
+    "not UTF-8": b'{"type": "\xff"}',
+    "too long": json.dumps(quota("x" * 70_000)),
+}
+
+
+def test_every_malformed_line_is_rejected_alone_whatever_it_holds(tmp_path):
+    lines = [json.dumps(HEARTBEAT).encode()]
+    for text in MALFORMED_LINES.values():
+        lines += [text if isinstance(text, bytes) else text.encode(), json.dumps(HEARTBEAT).encode()]
+    path = tmp_path / "hostile.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    tables = DeltaRsTables(str(tmp_path / "w"))
+    summary = ingest.ingest_source(tables, str(path), limits=SMALL)
+    assert (summary.records, summary.rejected) == (len(MALFORMED_LINES) + 1, len(MALFORMED_LINES))
+    rejected = sorted(tables.read_arrow("rejected").to_pylist(), key=lambda r: r["position"])
+    assert [r["position"] for r in rejected] == list(range(2, 2 * len(MALFORMED_LINES) + 1, 2))
+    reasons = dict(zip(MALFORMED_LINES, (r["reason"] for r in rejected)))
+    assert reasons["nested"] == "nested deeper than any event can be"
+    assert "offset must be an integer in 0..9223372036854775807" in reasons["offset 10^20"]
+    assert "outside the milliseconds the log can hold" in reasons["timestamp 10^20"]
+    assert "outside the milliseconds the log can hold" in reasons["timestamp 1e300"]
+    assert "leader_epoch must be an int32" in reasons["leader_epoch 2^40"]
+    assert "must be a float64" in reasons["float64 10^400"]
+    assert "lone surrogate" in reasons["lone surrogate"]
+    assert "longer than kraftlake.decode.event.max.bytes (65,536)" in reasons["too long"]
+    assert all(len(r["reason"]) < 1000 and r["reason"].isascii() for r in rejected), "a reason quotes little"
+    assert tables.read_arrow("metadata_log").num_rows == len(MALFORMED_LINES) + 1
+
+
+def test_an_unforeseen_failure_on_one_line_rejects_that_line_only(tmp_path, monkeypatch):
+    real = events_mod.validate_event
+
+    def failing_on_epoch_9(obj):
+        if obj.get("data", {}).get("BrokerEpoch") == 9:
+            raise ZeroDivisionError("a bug in the validator")
+        return real(obj)
+
+    monkeypatch.setattr(events_mod, "validate_event", failing_on_epoch_9)
+    path = tmp_path / "x.jsonl"
+    path.write_text("\n".join(json.dumps({**HEARTBEAT, "data": {**HEARTBEAT["data"], "BrokerEpoch": e}})
+                              for e in (8, 9, 10)) + "\n")
+    read, (r,) = split(events_mod.read_json_lines(path))
+    assert [e["position"] for e in read] == [1, 3]
+    assert r.position == 2 and "ZeroDivisionError: 'a bug in the validator'" in r.reason
+
+
+def test_a_line_far_longer_than_the_limit_is_read_past_without_being_held(tmp_path):
+    path = tmp_path / "long.jsonl"
+    with open(path, "wb") as out:
+        out.write(json.dumps(HEARTBEAT).encode() + b"\n" + b"[" + b"0," * (8 * MIB) + b"0]\n")
+        out.write(json.dumps(HEARTBEAT).encode() + b"\n")
+    (read, rejections), peak = peak_bytes(lambda: split(events_mod.read_json_lines(path, SMALL)))
+    assert [e["position"] for e in read] == [1, 3]
+    (r,) = rejections
+    assert (r.position, r.raw_length, len(r.raw), r.error) == (2, 16 * MIB + 3, SMALL.event_bytes, "MESSAGE_TOO_LARGE")
+    assert r.raw.startswith(b"[0,0,")
+    assert peak < 4 * MIB
+
+
+def test_avro_values_no_column_holds_are_rejected_per_record(tmp_path):
+    schema = fastavro.parse_schema(events_mod.avro_event_schema())
+    records = [{"type": "ConfigRecord", "version": 0, "timestamp": ts, "offset": offset,
+                "data": ("kafka.metadata.ConfigRecord", config_record("v")["data"])}
+               for ts, offset in ((1, None), (2**62, None), (3, -5), (4, None))]
+    path = tmp_path / "values.avro"
+    with open(path, "wb") as handle:
+        fastavro.writer(handle, schema, records)
+    read, rejections = split(events_mod.read_avro(path))
+    assert [e["timestamp"] for e in read] == [1, 4]
+    assert [(r.position, r.error) for r in rejections] == [(1, "INVALID_REQUEST"), (2, "INVALID_REQUEST")]
+    assert "outside the milliseconds" in rejections[0].reason and "offset must be" in rejections[1].reason
+
+
+def test_a_truncated_avro_block_takes_only_the_rest_of_its_block(tmp_path):
+    path = avro_blocks(tmp_path / "t.avro", [[config_record("a")], [config_record("b"), config_record("c")],
+                                             [config_record("d")]], codec="null")
+    data = path.read_bytes()
+    at = data.index(b"\x02b")  # block 2's first record: the length of its string "b" made negative
+    path.write_bytes(data[:at] + b"\x01" + data[at + 1:])
+    read, rejections = split(events_mod.read_avro(path))
+    assert [(e["position"], e["data"]["Value"]) for e in read] == [(0, "a"), (3, "d")]
+    (r,) = rejections
+    assert r.position == 1 and "does not decode" in r.reason and "1 records after it cannot be found" in r.reason
+
+
+def test_decoded_records_whose_offset_or_timestamp_no_column_holds_are_rejected():
+    key, value = record_key_value(NOOP)
+    far = batches.encode_batch(2**63 - 2, 3, 0, [(0, 0, key, value), (1, 0, key, value), (2, 0, key, value)])
+    late = batches.encode_batch(0, 3, 2**62, [(0, 0, key, value)])
+    decoded, rejections = split(decode_buffer(far, "far.log"))
+    assert [e["offset"] for e in decoded] == [2**63 - 2, 2**63 - 1]
+    (r,) = rejections
+    assert r.offset is None and "offset 9223372036854775808" in r.reason
+    decoded, (r,) = split(decode_buffer(late, "late.log"))
+    assert decoded == [] and r.offset == 0 and "timestamp" in r.reason

@@ -230,15 +230,13 @@ def _rejection(source: str, position: int, raw: bytes, exc: EventError, offset: 
 
 
 def _lines(handle: BinaryIO, limit: int) -> Iterator[tuple[bytes, int]]:
-    """(line, its length) for each line; a line longer than ``limit`` bytes is given as its first ``limit``
-    bytes, the rest read past without being kept."""
+    """(line, its length) for each line, without its newline; a line longer than ``limit`` bytes is given
+    as its first ``limit`` bytes, the rest read past without being kept."""
     while raw := handle.readline(limit + 1):
-        length = len(raw)
-        if length > limit and not raw.endswith(b"\n"):
-            while (rest := handle.readline(_READ_CHUNK)) and not rest.endswith(b"\n"):
-                length += len(rest)
-            length += len(rest)
-        yield raw[:limit], length
+        length, last = len(raw), raw
+        while length > limit and not last.endswith(b"\n") and (last := handle.readline(_READ_CHUNK)):
+            length += len(last)
+        yield raw[:limit].rstrip(b"\r\n"), length - last.endswith(b"\n")
 
 
 def read_json_lines(path: str | Path, limits: Limits | None = None) -> Iterator[Item]:
@@ -247,8 +245,7 @@ def read_json_lines(path: str | Path, limits: Limits | None = None) -> Iterator[
     limits = limits or default_limits()
     source = str(path)
     with open(path, "rb") as handle:
-        for number, (raw, length) in enumerate(_lines(handle, limits.event_bytes), start=1):
-            line = raw.rstrip(b"\r\n")
+        for number, (line, length) in enumerate(_lines(handle, limits.event_bytes), start=1):
             if length > limits.event_bytes:
                 yield _rejection(source, number, line, EventError(
                     f"line of {length:,} bytes, longer than kraftlake.decode.event.max.bytes ({limits.event_bytes:,})",

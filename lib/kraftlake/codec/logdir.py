@@ -17,7 +17,7 @@ from typing import Iterator
 
 from kraftlake.codec import batches, resync
 from kraftlake.codec.batches import BadRecord, BatchError, RecordBatch
-from kraftlake.codec.bounds import Limits, default_limits
+from kraftlake.codec.bounds import INT64, TIMESTAMP_MS, Limits, default_limits
 from kraftlake.codec.messages import MessageError, Reader, decode_message
 from kraftlake.metadata.rejections import RAW_LIMIT, Item, Rejection
 from kraftlake.metadata.schemas import UnknownVersionError, registry
@@ -223,6 +223,10 @@ def decode_buffer(buf: bytes | memoryview, source: str, first_offset: int | None
                                 f"record at byte {record.position} of the batch's records: {record.reason}",
                                 record.raw, record.raw_length)
                 break
+            unstorable = _unstorable(record)
+            if unstorable is not None:
+                yield _record_rejection(source, batch, record, "CORRUPT_MESSAGE", unstorable)
+                continue
             try:
                 type_, version, data = _decode_value(batch, record)
             except UnknownVersionError as exc:
@@ -239,10 +243,21 @@ def decode_buffer(buf: bytes | memoryview, source: str, first_offset: int | None
                    "position": batch.position}
 
 
+def _unstorable(record: batches.Record) -> str | None:
+    """Why ``record``'s offset or timestamp (a base plus a delta, each from the batch) cannot be stored in
+    ``metadata_log``, if it cannot: only a damaged or crafted batch gives one."""
+    if not 0 <= record.offset <= INT64[1]:
+        return f"offset {record.offset} is outside Kafka's offsets (0..{INT64[1]})"
+    if not TIMESTAMP_MS[0] <= record.timestamp <= TIMESTAMP_MS[1]:
+        return f"timestamp {record.timestamp} is outside the milliseconds the log can hold"
+    return None
+
+
 def _record_rejection(source: str, batch: RecordBatch, record: batches.Record, error: str,
                       reason: str) -> Rejection:
     raw = record.value or b""
-    return Rejection(source, batch.position, record.offset, error, reason, raw[:RAW_LIMIT], len(raw))
+    offset = record.offset if 0 <= record.offset <= INT64[1] else None
+    return Rejection(source, batch.position, offset, error, reason, raw[:RAW_LIMIT], len(raw))
 
 
 class MappedFile:
