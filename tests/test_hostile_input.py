@@ -7,8 +7,14 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import shutil
+import signal
 import struct
+import subprocess
+import sys
 import tracemalloc
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -18,7 +24,8 @@ import pytest
 
 from kraftlake.codec import batches, events as events_mod
 from kraftlake.codec.bounds import Limits
-from kraftlake.codec.logdir import decode_buffer
+from kraftlake.codec.files import NotRegularFile
+from kraftlake.codec.logdir import MappedFile, decode_buffer
 from kraftlake.codec.writer import encode_events, record_key_value
 from kraftlake.metadata.rejections import Rejection
 from kraftlake.raft.replica import Replica, traffic_event
@@ -26,6 +33,7 @@ from kraftlake.storage import ingest
 from kraftlake.storage.deltars import DeltaRsTables
 from kraftlake.storage.follow import Follower
 
+REPO = Path(__file__).resolve().parent.parent
 KIB, MIB = 1 << 10, 1 << 20
 # a bomb's compressed bytes fit a batch; what they decompress to is bounded by the one record it claims
 SMALL = Limits(batch_bytes=2 * MIB, record_bytes=256 * KIB, event_bytes=64 * KIB)
@@ -327,3 +335,118 @@ def test_decoded_records_whose_offset_or_timestamp_no_column_holds_are_rejected(
     assert r.offset is None and "offset 9223372036854775808" in r.reason
     decoded, (r,) = split(decode_buffer(late, "late.log"))
     assert decoded == [] and r.offset == 0 and "timestamp" in r.reason
+
+
+# ---- 28.6: links and FIFOs in a log directory ----------------------------------------------------------
+
+SECRET = b"the reader's private key: 0123456789abcdef"
+
+
+@contextmanager
+def no_hang(seconds: int = 60):
+    """A read that blocks forever (a FIFO) fails the test instead of hanging the suite; not a timing."""
+    def expired(signum, frame):
+        raise TimeoutError(f"still blocked after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def hostile_directory(fixtures_dir: Path, tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """The real single-broker-shutdown log, plus entries named like its files that are links to a private
+    file of the reader's, a FIFO and a directory; what each is."""
+    private = tmp_path / "private"
+    private.write_bytes(SECRET)
+    directory = tmp_path / "__cluster_metadata-0"
+    directory.mkdir()
+    shutil.copy(fixtures_dir / "single-broker-shutdown" / "__cluster_metadata-0" / "00000000000000000000.log", directory)
+    (directory / "leader-epoch-checkpoint").write_text("0\n1\n1 0\n")
+    (directory / "quorum-state").symlink_to(private)
+    (directory / f"{9999:020d}.log").symlink_to(private)
+    (directory / f"{7000:020d}-{1:010d}.checkpoint").symlink_to(private)
+    os.mkfifo(directory / f"{99999:020d}.log")
+    (directory / f"{88888:020d}.log").mkdir()
+    return directory, {"quorum-state": "a symbolic link", f"{9999:020d}.log": "a symbolic link",
+                       f"{7000:020d}-{1:010d}.checkpoint": "a symbolic link", f"{99999:020d}.log": "a FIFO",
+                       f"{88888:020d}.log": "a directory"}
+
+
+def test_links_and_fifos_in_a_log_directory_are_reported_and_never_read(fixtures_dir, tmp_path):
+    directory, kinds = hostile_directory(fixtures_dir, tmp_path)
+    tables = DeltaRsTables(str(tmp_path / "w"))
+    with no_hang():
+        summary = ingest.ingest_source(tables, str(directory))
+    assert summary.records == 4929 and summary.rejected == len(kinds) - 1  # quorum-state: a quorum_files matter
+    rejected = {Path(r["source"]).name: r for r in tables.read_arrow("rejected").to_pylist()}
+    assert set(rejected) == set(kinds)
+    for name, what in kinds.items():
+        assert what in rejected[name]["reason"] and rejected[name]["error"] == "KAFKA_STORAGE_ERROR", name
+        assert rejected[name]["raw"] is None
+    files = tables.read_arrow("quorum_files").to_pylist()
+    assert [f["kind"] for f in files] == ["leader-epoch-checkpoint"]
+    for table in ("metadata_log", "rejected", "quorum_files"):
+        assert SECRET not in str(tables.read_arrow(table).to_pylist()).encode(), table
+    with no_hang():
+        again = ingest.ingest_source(tables, str(directory))
+    assert again.status == "already ingested"
+
+
+def test_the_follower_skips_links_and_fifos_and_reports_them_once(fixtures_dir, tmp_path):
+    directory, kinds = hostile_directory(fixtures_dir, tmp_path)
+    tables = DeltaRsTables(str(tmp_path / "w"))
+    follower = Follower(tables, directory)
+    with no_hang():
+        first, second = follower.poll(), follower.poll()
+    assert (first.records, first.rejected) == (4929, len(kinds) - 1)  # quorum-state: not the follower's
+    assert (second.records, second.rejected) == (0, 0)
+    assert SECRET not in str(tables.read_arrow("rejected").to_pylist()).encode()
+
+
+def test_a_link_the_user_names_is_followed_a_fifo_is_refused(fixtures_dir, tmp_path):
+    """The path on the command line is the user's choice: a link there is read (docs/security.md); a FIFO
+    there is refused at once instead of blocking ingest, and the dump job says so in one line."""
+    link = tmp_path / "segment.log"
+    link.symlink_to(fixtures_dir / "single-broker-shutdown" / "__cluster_metadata-0" / "00000000000000000000.log")
+    tables = DeltaRsTables(str(tmp_path / "w"))
+    assert ingest.ingest_source(tables, str(link)).records == 4929
+    fifo = tmp_path / "events.jsonl"
+    os.mkfifo(fifo)
+    with no_hang(), pytest.raises(NotRegularFile, match="not a regular file or a directory"):
+        ingest.ingest_source(tables, str(fifo))
+    code = subprocess.run([sys.executable, "jobs/dump.py", str(fifo)], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "lib")}, timeout=120)  # killed if it blocks
+    assert code.returncode == 2 and code.stdout == ""
+    assert code.stderr.strip().splitlines() == [f"dump: [Errno 22] a FIFO, not a regular file: '{fifo}'"]
+
+
+def test_a_file_swapped_for_a_link_or_fifo_after_listing_is_not_opened(tmp_path):
+    (tmp_path / "target").write_bytes(SECRET)
+    (tmp_path / "link.log").symlink_to(tmp_path / "target")
+    os.mkfifo(tmp_path / "fifo.log")
+    with no_hang():
+        for name, what in (("link.log", "symbolic link"), ("fifo.log", "FIFO")):
+            with pytest.raises(NotRegularFile, match=what):
+                MappedFile(tmp_path / name)
+
+
+@pytest.mark.parametrize("state, checkpoint", [
+    ('{"leaderEpoch": 1, "leaderId": "one"}', "0\n1\n99999999999 0\n"),
+    ('{"leaderEpoch": 1, "currentVoters": [{"voterId": 4294967296}]}', "0\n1\n1 99999999999999999999\n"),
+    ('{"leaderEpoch": ' + "[" * 5000 + "]" * 5000 + "}", "0\n" + "9" * 5000 + "\n"),
+])
+def test_quorum_files_holding_what_no_column_holds_are_rejected_and_the_log_kept(tmp_path, state, checkpoint):
+    directory = tmp_path / "__cluster_metadata-0"
+    directory.mkdir()
+    (directory / f"{0:020d}.log").write_bytes(encode_events([NOOP]))
+    (directory / "quorum-state").write_text(state)
+    (directory / "leader-epoch-checkpoint").write_text(checkpoint)
+    tables = DeltaRsTables(str(tmp_path / "w"))
+    assert ingest.ingest_source(tables, str(directory)).records == 1
+    rejected = tables.read_arrow("rejected").to_pylist()
+    assert sorted(Path(r["source"]).name for r in rejected) == ["leader-epoch-checkpoint", "quorum-state"]
+    assert {r["error"] for r in rejected} == {"CORRUPT_MESSAGE"}

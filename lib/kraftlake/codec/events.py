@@ -23,6 +23,7 @@ from typing import Any, BinaryIO, Iterator
 from kraftlake.codec import compression
 from kraftlake.codec.bounds import (INT32, INT64, STRING_MAX_BYTES, TIMESTAMP_MS, Limits, TooLarge, default_limits,
     shown)
+from kraftlake.codec.files import open_regular
 from kraftlake.metadata import uuids
 from kraftlake.metadata.rejections import RAW_LIMIT, Item, Rejection
 from kraftlake.metadata.schemas import (INT_RANGES, QUORUM_TRAFFIC, FieldSpec, MessageSpec, StructSpec, is_event_type,
@@ -244,7 +245,7 @@ def read_json_lines(path: str | Path, limits: Limits | None = None) -> Iterator[
     line longer than ``limits.event_bytes`` is rejected unread."""
     limits = limits or default_limits()
     source = str(path)
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         for number, (line, length) in enumerate(_lines(handle, limits.event_bytes), start=1):
             if length > limits.event_bytes:
                 yield _rejection(source, number, line, EventError(
@@ -374,7 +375,7 @@ def read_avro(path: str | Path, limits: Limits | None = None) -> Iterator[Item]:
 
     limits = limits or default_limits()
     source = str(path)
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         try:
             schema, codec, sync = _avro_header(handle)
         except Exception as exc:  # noqa: BLE001 - whatever the header holds, it is a rejection

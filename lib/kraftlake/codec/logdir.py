@@ -17,13 +17,15 @@ from typing import Iterator
 
 from kraftlake.codec import batches, resync
 from kraftlake.codec.batches import BadRecord, BatchError, RecordBatch
-from kraftlake.codec.bounds import INT64, TIMESTAMP_MS, Limits, default_limits
+from kraftlake.codec.bounds import INT32, INT64, TIMESTAMP_MS, Limits, default_limits, shown
+from kraftlake.codec.files import kind, open_regular, read_regular
 from kraftlake.codec.messages import MessageError, Reader, decode_message
 from kraftlake.metadata.rejections import RAW_LIMIT, Item, Rejection
 from kraftlake.metadata.schemas import UnknownVersionError, registry
 
 SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
+QUORUM_FILES = ("quorum-state", "leader-epoch-checkpoint")
 METADATA_FRAME_VERSION = 1  # MetadataRecordSerde's frame version
 
 
@@ -261,11 +263,12 @@ def _record_rejection(source: str, batch: RecordBatch, record: batches.Record, e
 
 
 class MappedFile:
-    """A read-only view of a file; empty files cannot be mmapped, hence the special case."""
+    """A read-only view of a regular file (``files.open_regular``); empty files cannot be mmapped, hence
+    the special case."""
 
     def __init__(self, path: Path):
         self.path = path
-        self.file = open(path, "rb")
+        self.file = open_regular(path)
         size = os.fstat(self.file.fileno()).st_size
         self.buf: bytes | mmap.mmap = mmap.mmap(self.file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
 
@@ -321,14 +324,29 @@ def decode_snapshot(path: str | os.PathLike, limits: Limits | None = None) -> It
     return iter(items)
 
 
-def list_partition_dir(path: str | os.PathLike) -> tuple[list[Path], list[Path]]:
-    """(segments, snapshots) of a partition directory, each in offset order."""
-    root = Path(path)
+def _named_like_the_log(root: Path) -> list[os.DirEntry]:
     if not root.is_dir():
         raise NotADirectoryError(f"{root} is not a partition directory")
-    segments = sorted((p for p in root.iterdir() if SEGMENT_NAME.match(p.name)), key=lambda p: p.name)
-    snapshots = sorted((p for p in root.iterdir() if SNAPSHOT_NAME.match(p.name)), key=lambda p: p.name)
+    with os.scandir(root) as entries:
+        return [e for e in entries if SEGMENT_NAME.match(e.name) or SNAPSHOT_NAME.match(e.name)]
+
+
+def list_partition_dir(path: str | os.PathLike) -> tuple[list[Path], list[Path]]:
+    """(segments, snapshots) of a partition directory, each in offset order: the regular files named so
+    (``skipped_entries`` reports the others)."""
+    regular = [Path(e.path) for e in _named_like_the_log(Path(path)) if e.is_file(follow_symlinks=False)]
+    segments = sorted((p for p in regular if SEGMENT_NAME.match(p.name)), key=lambda p: p.name)
+    snapshots = sorted((p for p in regular if SNAPSHOT_NAME.match(p.name)), key=lambda p: p.name)
     return segments, snapshots
+
+
+def skipped_entries(path: str | os.PathLike) -> list[Rejection]:
+    """A rejection for each entry named like a segment or a snapshot that is not a regular file (a link,
+    a FIFO, a directory...): not read, see ``files``."""
+    return [Rejection(e.path, None, None, "KAFKA_STORAGE_ERROR",
+                      f"{kind(e.stat(follow_symlinks=False).st_mode)} named like a log file: not read (a log "
+                      "directory's files are regular files)")
+            for e in sorted(_named_like_the_log(Path(path)), key=lambda e: e.name) if not e.is_file(follow_symlinks=False)]
 
 
 def decode_partition_dir(path: str | os.PathLike, full_history: bool = False,
@@ -339,6 +357,7 @@ def decode_partition_dir(path: str | os.PathLike, full_history: bool = False,
     the whole history, when the segments still reach back to offset 0.
     """
     segments, snapshots = list_partition_dir(path)
+    yield from skipped_entries(path)
     if not segments and not snapshots:
         inner = Path(path) / "__cluster_metadata-0"
         hint = f"; the metadata log's partition directory is {inner}" if inner.is_dir() else ""
@@ -360,10 +379,11 @@ def read_partition_dir(path: str | os.PathLike, full_history: bool = False) -> I
         yield item
 
 
-def read_leader_epoch_checkpoint(path: str | os.PathLike) -> list[tuple[int, int]]:
+def read_leader_epoch_checkpoint(path: str | os.PathLike, content: bytes | None = None) -> list[tuple[int, int]]:
     """Kafka's ``leader-epoch-checkpoint`` (LeaderEpochCheckpointFile): a version line (0), a count line,
-    then one "epoch start-offset" line per epoch; ValueError naming the line when it is not that."""
-    lines = Path(path).read_text().splitlines()
+    then one "epoch start-offset" line per epoch; ValueError naming the line when it is not that.
+    ``content``: the file's bytes, when the caller read them already."""
+    lines = _text(path, content).splitlines()
     if len(lines) < 2 or lines[0].strip() != "0" or not lines[1].strip().isdigit():
         raise ValueError(f"{path}: line 1-2: not a leader-epoch-checkpoint (version 0, then a count)")
     count = int(lines[1])
@@ -371,20 +391,39 @@ def read_leader_epoch_checkpoint(path: str | os.PathLike) -> list[tuple[int, int
     for number, line in enumerate(lines[2:], start=3):
         parts = line.split()
         if len(parts) != 2 or not all(p.lstrip("-").isdigit() for p in parts):
-            raise ValueError(f"{path}: line {number}: expected 'epoch start-offset', got {line!r}")
-        entries.append((int(parts[0]), int(parts[1])))
+            raise ValueError(f"{path}: line {number}: expected 'epoch start-offset', got {shown(line)}")
+        epoch, start = int(parts[0]), int(parts[1])
+        if not (INT32[0] <= epoch <= INT32[1] and INT64[0] <= start <= INT64[1]):
+            raise ValueError(f"{path}: line {number}: epoch {shown(epoch)} is no int32 or offset {shown(start)} no int64")
+        entries.append((epoch, start))
     if len(entries) != count:
         raise ValueError(f"{path}: line 2 announces {count} epochs, the file has {len(entries)}")
     return entries
 
 
-def read_quorum_state(path: str | os.PathLike) -> dict:
-    """Kafka's ``quorum-state`` file: QuorumStateData as JSON plus its ``data_version``."""
-    text = Path(path).read_text()
+def read_quorum_state(path: str | os.PathLike, content: bytes | None = None) -> dict:
+    """Kafka's ``quorum-state`` file: QuorumStateData as JSON plus its ``data_version``. ``content``: the
+    file's bytes, when the caller read them already."""
+    text = _text(path, content)
     try:
         state = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: quorum-state is not JSON: {exc}") from exc
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{path}: quorum-state is not JSON: {type(exc).__name__}: {shown(str(exc))}") from exc
     if not isinstance(state, dict) or "leaderEpoch" not in state:
         raise ValueError(f"{path}: not a quorum-state file (no leaderEpoch)")
+    voters = state.get("currentVoters")
+    ids = [state.get(k, -1) for k in ("leaderEpoch", "leaderId", "votedId")]
+    if voters is not None:
+        ids += [v.get("voterId") if isinstance(v, dict) else None for v in (voters if isinstance(voters, list) else [0])]
+    for value in ids:
+        if isinstance(value, bool) or not isinstance(value, int) or not INT32[0] <= value <= INT32[1]:
+            raise ValueError(f"{path}: quorum-state holds {shown(value)} where an int32 epoch or replica id goes")
     return state
+
+
+def _text(path: str | os.PathLike, content: bytes | None) -> str:
+    raw = read_regular(path) if content is None else content
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text: {exc}") from exc

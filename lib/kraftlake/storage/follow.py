@@ -9,6 +9,8 @@ so a poll reads only the bytes appended since the last one.
 What a live directory does, and what the follower does about it:
 
 - a batch still being written (its bytes not all there yet) is left for the next poll, never rejected;
+- an entry named like a segment or a snapshot that is not a regular file (a link, a FIFO) is never read,
+  and reported once (``codec.files``);
 - the active segment rolls (a new ``<base offset>.log``): the follower moves on once it has read the old
   one to its end; an old segment is deleted (retention), or a new snapshot appears: nothing to do, the
   follower is past them (a follower that falls behind retention stops: the records it missed are gone);
@@ -37,7 +39,7 @@ import pyarrow.compute as pc
 
 from kraftlake.codec.bounds import Limits, default_limits
 from kraftlake.codec.logdir import (SEGMENT_NAME, BatchHeader, MappedFile, batch_headers, decode_buffer, decode_snapshot,
-                                    list_partition_dir, snapshot_end_offset)
+                                    list_partition_dir, skipped_entries, snapshot_end_offset)
 from kraftlake.metadata.rejections import Rejection
 from kraftlake.metadata.tables import metadata_log_schema, table_arrow_schema
 from kraftlake.storage.deltars import DeltaRsTables
@@ -97,6 +99,7 @@ class Follower:
         self.directory = Path(directory).resolve()
         self.strict = strict
         self.limits = limits or default_limits()
+        self.skipped: set[str] = set()  # entries named like log files that are not regular files, reported once
         self.next_offset: int | None = None
         self.cursor: _Cursor | None = None
 
@@ -174,6 +177,10 @@ class Follower:
         """Read what landed since the last poll and commit it (one commit); returns what was added."""
         segments, snapshots = list_partition_dir(self.directory)
         total = PollResult()
+        skipped = [r for r in skipped_entries(self.directory) if r.source not in self.skipped]
+        if skipped:
+            _merge(total, self._commit([], skipped))
+            self.skipped.update(r.source for r in skipped)
         if self.next_offset is None:
             _merge(total, self._start(snapshots))
         while True:

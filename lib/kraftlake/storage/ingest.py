@@ -26,8 +26,9 @@ import pyarrow as pa
 
 from kraftlake import codec
 from kraftlake.codec import events
-from kraftlake.codec.bounds import Limits
-from kraftlake.codec.logdir import SNAPSHOT_NAME
+from kraftlake.codec.bounds import Limits, default_limits
+from kraftlake.codec.files import NotRegularFile, is_regular, open_regular, read_regular
+from kraftlake.codec.logdir import QUORUM_FILES, SNAPSHOT_NAME
 from kraftlake.metadata.config import defaults
 from kraftlake.metadata.progress import Meter
 from kraftlake.metadata.rejections import RAW_LIMIT, Item, Rejection
@@ -92,7 +93,7 @@ def detect_kind(path: Path) -> str:
         return "json-lines"
     if name.endswith(".avro"):
         return "avro"
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         head = handle.read(64)
     if head.startswith(b"Obj\x01"):
         return "avro"
@@ -104,13 +105,14 @@ def detect_kind(path: Path) -> str:
 
 
 def fingerprint(path: Path, kind: str, full_history: bool) -> tuple[str, int]:
-    """(sha-256 of what will be read, bytes) — the identity that makes re-ingesting a no-op."""
+    """(sha-256 of what will be read, bytes) — the identity that makes re-ingesting a no-op. A directory's
+    regular files only (``codec.files``)."""
     digest = hashlib.sha256(f"{kind}:{full_history}".encode())
-    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    files = sorted(p for p in path.iterdir() if is_regular(p)) if path.is_dir() else [path]
     total = 0
     for file in files:
         digest.update(file.name.encode() + b"\0")
-        with open(file, "rb") as handle:
+        with open_regular(file) as handle:
             while chunk := handle.read(1 << 20):
                 digest.update(chunk)
                 total += len(chunk)
@@ -118,6 +120,9 @@ def fingerprint(path: Path, kind: str, full_history: bool) -> tuple[str, int]:
 
 
 def read_source(path: Path, kind: str, full_history: bool, limits: Limits | None = None) -> Iterator[Item]:
+    """The items of a source. ``path`` as the user named it: a link there is followed (their choice), the
+    files inside a directory must be regular files."""
+    path = path.resolve()
     if kind == "partition-dir":
         return codec.decode_partition_dir(path, full_history, limits)
     if kind == "segment":
@@ -233,26 +238,37 @@ def _chunks(events_: Iterator[dict], size: int) -> Iterator[list[dict]]:
         yield chunk
 
 
-def read_quorum_files(path: Path) -> tuple[list[dict], list[Rejection]]:
+def read_quorum_files(path: Path, limits: Limits | None = None) -> tuple[list[dict], list[Rejection]]:
     """The partition directory's ``quorum-state`` and ``leader-epoch-checkpoint``, when present, as
-    ``quorum_files`` rows; a file that is not what its name says is a rejection (the log still goes in)."""
+    ``quorum_files`` rows; a file that is not what its name says, or longer than an event may be, is a
+    rejection (the log still goes in)."""
     rows, rejections = [], []
-    for name in ("quorum-state", "leader-epoch-checkpoint"):
+    limit = (limits or default_limits()).event_bytes
+    for name in QUORUM_FILES:
         file = path / name
-        if not file.is_file():
+        try:
+            content = read_regular(file, limit)
+        except FileNotFoundError:
             continue
-        content = file.read_bytes()
+        except NotRegularFile as exc:
+            rejections.append(Rejection(str(file), None, None, "KAFKA_STORAGE_ERROR", f"{name}: {exc.strerror}: "
+                                        "not read (a log directory's files are regular files)"))
+            continue
+        if len(content) > limit:
+            rejections.append(Rejection(str(file), None, None, "MESSAGE_TOO_LARGE", f"{name}: longer than "
+                                        f"kraftlake.decode.event.max.bytes ({limit:,})", content[:RAW_LIMIT]))
+            continue
         row = {"file": str(file), "kind": name, "leader_id": None, "leader_epoch": None, "voted_id": None,
                "current_voters": None, "epochs": None, "content": content.decode("utf-8", "replace")}
         try:
             if name == "quorum-state":
-                state = codec.read_quorum_state(file)
+                state = codec.read_quorum_state(file, content)
                 voters = state.get("currentVoters")
                 row.update(leader_id=state.get("leaderId"), leader_epoch=state.get("leaderEpoch"),
                            voted_id=state.get("votedId"),
                            current_voters=None if voters is None else [v["voterId"] for v in voters])
             else:
-                row["epochs"] = [{"epoch": e, "start_offset": o} for e, o in codec.read_leader_epoch_checkpoint(file)]
+                row["epochs"] = [{"epoch": e, "start_offset": o} for e, o in codec.read_leader_epoch_checkpoint(file, content)]
         except (ValueError, KeyError, TypeError) as exc:
             rejections.append(Rejection(str(file), None, None, "CORRUPT_MESSAGE", f"{name}: {exc}",
                                         content[:RAW_LIMIT], len(content), unit="line"))
@@ -272,11 +288,14 @@ def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_his
     started = time.monotonic()
     if not path.exists():
         raise FileNotFoundError(f"{source}: no such file or directory")
+    if not path.is_dir() and not path.is_file():
+        raise NotRegularFile(f"{source}: not a regular file or a directory (reading a FIFO or a device waits "
+                             "for a writer)")
     kind = detect_kind(path)
     summary = SourceSummary(str(path), kind)
     digest, summary.bytes = fingerprint(path, kind, full_history)
     txn = (f"kraftlake-ingest-{digest}", 1)
-    quorum_files, quorum_rejections = read_quorum_files(path) if kind == "partition-dir" else ([], [])
+    quorum_files, quorum_rejections = read_quorum_files(path, limits) if kind == "partition-dir" else ([], [])
     summary.quorum_state = next((json.loads(f["content"]) for f in quorum_files if f["kind"] == "quorum-state"), None)
     if strict and quorum_rejections:
         raise StrictModeError(quorum_rejections[0])
