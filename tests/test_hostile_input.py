@@ -450,3 +450,66 @@ def test_quorum_files_holding_what_no_column_holds_are_rejected_and_the_log_kept
     rejected = tables.read_arrow("rejected").to_pylist()
     assert sorted(Path(r["source"]).name for r in rejected) == ["leader-epoch-checkpoint", "quorum-state"]
     assert {r["error"] for r in rejected} == {"CORRUPT_MESSAGE"}
+
+
+# ---- 28.9 (codec): names and strings bounded as Kafka bounds them ------------------------------------
+
+TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"
+
+
+def topic_record(name: str) -> dict:
+    return {"type": "TopicRecord", "version": 0, "timestamp": 1, "leader_epoch": 3,
+            "data": {"Name": name, "TopicId": "QkJCQkJCQkJCQkJCQkJCQg"}}
+
+
+def create_topics(name: str) -> dict:
+    return {"type": "CreateTopicsRequest", "version": 7, "timestamp": 1,
+            "data": {"Topics": [{"Name": name, "NumPartitions": 1, "ReplicationFactor": 1}]}}
+
+
+def topic_config(resource: str, resource_type: int = 2, value: str = "1") -> dict:
+    return {"type": "ConfigRecord", "version": 0, "timestamp": 1, "leader_epoch": 3,
+            "data": {"ResourceType": resource_type, "ResourceName": resource, "Name": "retention.ms", "Value": value}}
+
+
+@pytest.mark.parametrize("event, error, words", [
+    (topic_record("t" * 249), None, None),
+    (topic_record("t" * 250), "INVALID_TOPIC_EXCEPTION", "can't be longer than 249 characters"),
+    (topic_record("bad name!"), "INVALID_TOPIC_EXCEPTION", "contains a character other than ASCII alphanumerics"),
+    (topic_record(".."), "INVALID_TOPIC_EXCEPTION", 'cannot be "." or ".."'),
+    (topic_config("$(touch /tmp/x)"), "INVALID_TOPIC_EXCEPTION", "Topic name \"$(touch /tmp/x)\" is illegal"),
+    (topic_config("1", resource_type=4), None, None),  # a broker's configs: not a topic name
+    (topic_config("orders", value="v" * 32_767), None, None),
+    (topic_config("orders", value="v" * 32_768), "INVALID_REQUEST", "a Kafka string holds at most 32,767"),
+    (create_topics("t" * 250), None, None),  # a request: the controller answers INVALID_TOPIC_EXCEPTION
+    (create_topics("t" * 40_000), "INVALID_REQUEST", "a Kafka string holds at most 32,767"),
+])
+def test_names_and_strings_are_bounded_as_kafka_bounds_them(event, error, words):
+    if error is None:
+        events_mod.validate_event(event)
+        return
+    with pytest.raises(events_mod.EventError) as info:
+        events_mod.validate_event(event)
+    assert info.value.error == error and words in str(info.value)
+
+
+def test_a_40_mb_topic_name_is_rejected_and_so_is_an_illegal_name_in_a_log(tmp_path):
+    path = tmp_path / "names.jsonl"
+    path.write_text("\n".join(json.dumps(e) for e in (topic_record("orders"), topic_record("x" * 40_000_000),
+                                                      topic_record("\x1b[2Jé"))) + "\n")
+    read, rejections = split(events_mod.read_json_lines(path))
+    assert [e["data"]["Name"] for e in read] == ["orders"]
+    assert [(r.position, r.error) for r in rejections] == [(2, "MESSAGE_TOO_LARGE"), (3, "INVALID_TOPIC_EXCEPTION")]
+    assert 'Topic name "\\x1b[2Jé" is illegal' in rejections[1].reason  # a terminal escape, escaped
+    segment = encode_events([topic_record("orders"), topic_record("a/b"), NOOP])
+    decoded, (r,) = split(decode_buffer(segment, "names.log"))
+    assert [e["type"] for e in decoded] == ["TopicRecord", "NoOpRecord"]
+    assert (r.offset, r.position, r.error) == (1, 0, "INVALID_TOPIC_EXCEPTION")
+
+
+def test_a_decoded_string_longer_than_kafka_allows_is_rejected_with_its_record():
+    key, value = record_key_value(topic_config("orders", value="v" * 40_000))  # our writer does not check
+    segment = batches.encode_batch(0, 3, 1, [(0, 0, *record_key_value(NOOP)), (1, 0, key, value)])
+    decoded, (r,) = split(decode_buffer(segment, "long.log"))
+    assert [e["offset"] for e in decoded] == [0]
+    assert r.offset == 1 and r.error == "INVALID_RECORD" and "string of invalid length 40000" in r.reason

@@ -14,7 +14,7 @@ import re
 import reprlib
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from kraftlake.metadata.config import DECODE_LIMITS, setting
 from kraftlake.metadata.schemas import INT_RANGES
@@ -81,28 +81,30 @@ def shown(value: Any) -> str:
         return f"<{type(value).__name__} too large to print>"
 
 
-def topic_name_problem(name: str) -> str | None:
-    """Why Kafka's ``Topic.validate`` refuses ``name``, or None."""
+def topic_name_problem(name: str, show: Callable[[str], str] = str) -> str | None:
+    """Why Kafka's ``Topic.validate`` refuses ``name``, in its words, or None; ``show`` writes the name
+    into the message (Kafka writes it whole)."""
     if not name:
         return "Topic name is illegal, it can't be empty"
     if name in (".", ".."):
         return 'Topic name cannot be "." or ".."'
     if len(name) > TOPIC_NAME_MAX_LENGTH:
         return (f"Topic name is illegal, it can't be longer than {TOPIC_NAME_MAX_LENGTH} characters, "
-                f"Topic name: {shown(name)}")
+                f"Topic name: {show(name)}")
     if not _LEGAL_TOPIC_NAME.fullmatch(name):
-        return (f"Topic name {shown(name)} is illegal, it contains a character other than ASCII alphanumerics, "
+        return (f'Topic name "{show(name)}" is illegal, it contains a character other than ASCII alphanumerics, '
                 "'.', '_' and '-'")
     return None
 
 
 def named_topic_problem(type_: str, data: Mapping[str, Any]) -> str | None:
     """Why a record naming a topic cannot have been written by Kafka, whose controller validates every
-    topic name before it writes a record carrying one (``TopicRecord``, and ``ConfigRecord`` of a topic)."""
+    topic name before it writes a record carrying one (``TopicRecord``, and ``ConfigRecord`` of a topic),
+    the name shortened and escaped."""
     if type_ == "TopicRecord":
         name = data.get("Name")
     elif type_ == "ConfigRecord" and data.get("ResourceType") == TOPIC_RESOURCE:
         name = data.get("ResourceName")
     else:
         return None
-    return topic_name_problem(name) if isinstance(name, str) else None
+    return topic_name_problem(name, lambda n: shown(n)[1:-1]) if isinstance(name, str) else None

@@ -22,7 +22,7 @@ from typing import Any, BinaryIO, Iterator
 
 from kraftlake.codec import compression
 from kraftlake.codec.bounds import (INT32, INT64, STRING_MAX_BYTES, TIMESTAMP_MS, Limits, TooLarge, default_limits,
-    shown)
+    named_topic_problem, shown)
 from kraftlake.codec.files import open_regular
 from kraftlake.metadata import uuids
 from kraftlake.metadata.rejections import RAW_LIMIT, Item, Rejection
@@ -201,6 +201,9 @@ def validate_event(obj: Any) -> dict:
         for name, value in envelope.items():
             if not _in(value, INT32):
                 raise EventError(f"{name} must be an int32, got {shown(value)}")
+        problem = named_topic_problem(spec.name, checked)
+        if problem is not None:
+            raise EventError(problem, "INVALID_TOPIC_EXCEPTION")
         if spec.name in QUORUM_TRAFFIC and "destination_id" not in envelope:
             raise EventError(f"{type_} is quorum traffic: it needs the destination_id of the replica that "
                              "handles it")

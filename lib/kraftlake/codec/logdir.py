@@ -17,7 +17,7 @@ from typing import Iterator
 
 from kraftlake.codec import batches, resync
 from kraftlake.codec.batches import BadRecord, BatchError, RecordBatch
-from kraftlake.codec.bounds import INT32, INT64, TIMESTAMP_MS, Limits, default_limits, shown
+from kraftlake.codec.bounds import INT32, INT64, TIMESTAMP_MS, Limits, default_limits, named_topic_problem, shown
 from kraftlake.codec.files import kind, open_regular, read_regular
 from kraftlake.codec.messages import MessageError, Reader, decode_message
 from kraftlake.metadata.rejections import RAW_LIMIT, Item, Rejection
@@ -239,6 +239,10 @@ def decode_buffer(buf: bytes | memoryview, source: str, first_offset: int | None
                 continue
             except (MessageError, struct.error) as exc:
                 yield _record_rejection(source, batch, record, "INVALID_RECORD", f"fields do not parse: {exc}")
+                continue
+            problem = named_topic_problem(type_, data)
+            if problem is not None:
+                yield _record_rejection(source, batch, record, "INVALID_TOPIC_EXCEPTION", problem)
                 continue
             yield {"offset": record.offset, "leader_epoch": batch.leader_epoch, "timestamp": record.timestamp,
                    "type": type_, "version": version, "data": data, "source": source,
