@@ -219,16 +219,18 @@ def decode_buffer(buf: bytes | memoryview, source: str, first_offset: int | None
             yield item
             continue
         batch = item
+        previous = batch.base_offset - 1
         for record in batches.records(batch):
             if isinstance(record, BadRecord):
                 yield Rejection(source, batch.position, None, "CORRUPT_MESSAGE",
                                 f"record at byte {record.position} of the batch's records: {record.reason}",
                                 record.raw, record.raw_length)
                 break
-            unstorable = _unstorable(record)
-            if unstorable is not None:
-                yield _record_rejection(source, batch, record, "CORRUPT_MESSAGE", unstorable)
+            misplaced = _misplaced(batch, record, previous)
+            if misplaced is not None:
+                yield _record_rejection(source, batch, record, "CORRUPT_MESSAGE", misplaced)
                 continue
+            previous = record.offset
             try:
                 type_, version, data = _decode_value(batch, record)
             except UnknownVersionError as exc:
@@ -237,7 +239,7 @@ def decode_buffer(buf: bytes | memoryview, source: str, first_offset: int | None
             except LookupError as exc:
                 yield _record_rejection(source, batch, record, "INVALID_RECORD", str(exc))
                 continue
-            except (MessageError, struct.error) as exc:
+            except (ValueError, struct.error) as exc:  # MessageError among them
                 yield _record_rejection(source, batch, record, "INVALID_RECORD", f"fields do not parse: {exc}")
                 continue
             problem = named_topic_problem(type_, data)
@@ -249,9 +251,14 @@ def decode_buffer(buf: bytes | memoryview, source: str, first_offset: int | None
                    "position": batch.position}
 
 
-def _unstorable(record: batches.Record) -> str | None:
-    """Why ``record``'s offset or timestamp (a base plus a delta, each from the batch) cannot be stored in
-    ``metadata_log``, if it cannot: only a damaged or crafted batch gives one."""
+def _misplaced(batch: RecordBatch, record: batches.Record, previous: int) -> str | None:
+    """Why ``record``'s offset or timestamp (a base plus a delta, each from the batch) cannot be where it
+    says, if it cannot: only a damaged or crafted batch gives one. A batch's records have increasing
+    offsets up to its lastOffsetDelta (a later batch would hold the same offsets otherwise), each one that
+    ``metadata_log`` can store."""
+    if not previous < record.offset <= batch.base_offset + batch.last_offset_delta:
+        return (f"offset {record.offset} does not follow the batch's previous record ({previous}) within its "
+                f"lastOffsetDelta ({batch.last_offset_delta})")
     if not 0 <= record.offset <= INT64[1]:
         return f"offset {record.offset} is outside Kafka's offsets (0..{INT64[1]})"
     if not TIMESTAMP_MS[0] <= record.timestamp <= TIMESTAMP_MS[1]:
