@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kraftlake.codec import batches
-from kraftlake.codec.writer import encode_events, record_key_value
+from kraftlake.codec.writer import encode_events
 from kraftlake.sim.sample import build_events
 
 HERE = Path(__file__).resolve().parent

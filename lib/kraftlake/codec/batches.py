@@ -27,6 +27,7 @@ from kraftlake.metadata.rejections import RAW_LIMIT
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes not counted in batchLength
+CRC_AT = 17  # where the header holds the CRC-32C
 CRC_START = 21  # the CRC covers attributes .. end of batch
 
 COMPRESSION = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}

@@ -131,8 +131,8 @@ def _check_element(spec: FieldSpec, value: Any, version: int, path: str) -> Any:
             raise EventError(f"{path} must be a Uuid, got {shown(value)}")
         try:
             return uuids.normalize(value)
-        except ValueError as exc:
-            raise EventError(f"{path}: {exc}") from exc
+        except ValueError:
+            raise EventError(f"{path} must be a Uuid (Kafka's base64 form or dashed hex), got {shown(value)}") from None
     if ktype in ("bytes", "records"):
         if isinstance(value, bytes):
             return value
@@ -140,7 +140,7 @@ def _check_element(spec: FieldSpec, value: Any, version: int, path: str) -> Any:
             try:
                 return base64.b64decode(value, validate=True)
             except ValueError as exc:  # binascii.Error, or text that is not ASCII
-                raise EventError(f"{path} must be base64 text: {exc}") from exc
+                raise EventError(f"{path} must be base64 text: {shown(str(exc))}") from exc
         raise EventError(f"{path} must be base64 text, got {shown(value)}")
     raise EventError(f"{path}: unsupported Kafka type {ktype}")
 

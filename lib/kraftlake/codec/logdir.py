@@ -63,8 +63,8 @@ def _raw_batches(buf: bytes | memoryview, source: str, start: int, limits: Limit
                 try:
                     batch = batches.parse_batch(buf, pos, limits, crc)
                 except BatchError as exc:
-                    if crc == struct.unpack_from(">I", buf, pos + 17)[0] or end == size or scanner.intact(end):
-                        # the length held: the damage is inside this batch only
+                    if crc == struct.unpack_from(">I", buf, pos + batches.CRC_AT)[0] or end == size \
+                            or scanner.intact(end):  # the length held: the damage is inside this batch only
                         yield _damage(source, buf, pos, end, str(exc), base_offset, exc.error)
                         pos = end
                         continue
