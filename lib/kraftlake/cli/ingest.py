@@ -27,6 +27,7 @@ import threading
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
 from kraftlake.cli.runtime import meter, open_warehouse, storage_options
+from kraftlake.codec.bounds import Limits
 from kraftlake.metadata.config import Config
 from kraftlake.storage import DeltaRsTables
 from kraftlake.storage.follow import Follower, FollowError, print_poll
@@ -83,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         summaries = ingest(warehouse, args.sources, strict=config.get_bool("kraftlake.strict"),
                            full_history=args.full_history, from_snapshot=args.from_snapshot,
                            batch_records=config.get_int("kraftlake.ingest.batch.records", minimum=1),
-                           meter=lambda source: meter(config, f"ingest {source}"), on_source=printer)
+                           meter=lambda source: meter(config, f"ingest {source}"), on_source=printer,
+                           limits=Limits.from_settings(config))
     except StrictModeError as exc:
         print(f"ingest: {exc}; nothing of this source was committed", file=sys.stderr)
         return 1
@@ -108,7 +110,8 @@ def follow(config: Config, directory: str) -> int:
     """Tail ``directory`` until SIGINT/SIGTERM. Commits go through delta-rs: no Spark session, no JVM, so
     the follower is a light service next to the node (see docs/deployment.md)."""
     tables = DeltaRsTables(config.get_path("kraftlake.warehouse"), storage_options(config))
-    follower = Follower(tables, directory, strict=config.get_bool("kraftlake.strict"))
+    follower = Follower(tables, directory, strict=config.get_bool("kraftlake.strict"),
+                        limits=Limits.from_settings(config))
     stopping = threading.Event()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import gzip
 import struct
-import zlib
 from dataclasses import dataclass
 from typing import Iterator
 
 import cramjam
 import crc32c
 
+from kraftlake.codec import compression
+from kraftlake.codec.bounds import Limits, TooLarge, default_limits
 from kraftlake.codec.messages import MessageError, Reader, write_uvarint, write_varint
+from kraftlake.metadata.rejections import RAW_LIMIT
 
 # baseOffset int64, batchLength int32, partitionLeaderEpoch int32, magic int8, crc uint32,
 # attributes int16, lastOffsetDelta int32, baseTimestamp int64, maxTimestamp int64, producerId int64,
@@ -25,15 +27,13 @@ from kraftlake.codec.messages import MessageError, Reader, write_uvarint, write_
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes not counted in batchLength
+CRC_AT = 17  # where the header holds the CRC-32C
 CRC_START = 21  # the CRC covers attributes .. end of batch
-MAX_BATCH_SIZE = 64 * 1024 * 1024  # far above Kafka's message.max.bytes; larger means a bad length
 
 COMPRESSION = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 CODEC_IDS = {name: cid for cid, name in COMPRESSION.items()}
 TRANSACTIONAL = 0x10
 CONTROL = 0x20
-
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
 
 class BatchError(ValueError):
@@ -72,7 +72,8 @@ class BadRecord:
     """A record whose framing does not parse: the rest of its batch cannot be located either."""
 
     position: int  # inside the (decompressed) records section
-    raw: bytes
+    raw: bytes  # its first RAW_LIMIT bytes
+    raw_length: int  # from the record to the end of the records section
     reason: str
 
 
@@ -85,35 +86,23 @@ class Record:
     position: int  # byte position of the record inside the (decompressed) records section
 
 
-def _snappy_decompress(data: bytes) -> bytes:
-    # Kafka's Java client writes xerial's framing: a 16-byte header, then [int32 length][raw block]...
-    if data.startswith(_XERIAL_MAGIC):
-        out = bytearray()
-        pos = 16
-        while pos < len(data):
-            (n,) = struct.unpack_from(">i", data, pos)
-            pos += 4
-            out += bytes(cramjam.snappy.decompress_raw(data[pos:pos + n]))
-            pos += n
-        return bytes(out)
-    return bytes(cramjam.snappy.decompress_raw(data))
+_DECOMPRESS = {1: lambda data, limit: compression.inflate(data, compression.GZIP_WBITS, limit),
+               2: compression.snappy, 3: compression.lz4_frame, 4: compression.zstd}
 
 
-def decompress(codec: int, data: bytes) -> bytes:
+def decompress(codec: int, data: bytes, limit: int) -> bytes:
+    """The records section of a batch compressed with ``codec``, refused past ``limit`` bytes (a few bytes
+    of a crafted batch would otherwise decompress to gigabytes)."""
+    if codec == 0:
+        return data
+    if codec not in _DECOMPRESS:
+        raise BatchError(f"unknown compression codec id {codec}", "UNSUPPORTED_COMPRESSION_TYPE")
     try:
-        if codec == 0:
-            return data
-        if codec == 1:
-            return gzip.decompress(data)
-        if codec == 2:
-            return _snappy_decompress(data)
-        if codec == 3:
-            return bytes(cramjam.lz4.decompress(data))  # LZ4 frame format
-        if codec == 4:
-            return bytes(cramjam.zstd.decompress(data))
-    except (OSError, EOFError, zlib.error, cramjam.DecompressionError, struct.error, ValueError) as exc:
+        return _DECOMPRESS[codec](data, limit)
+    except TooLarge as exc:
+        raise BatchError(f"{COMPRESSION[codec]} payload {exc}", exc.error) from exc
+    except compression.ERRORS as exc:
         raise BatchError(f"{COMPRESSION[codec]} payload does not decompress: {exc}") from exc
-    raise BatchError(f"unknown compression codec id {codec}", "UNSUPPORTED_COMPRESSION_TYPE")
 
 
 def compress(codec: int, data: bytes) -> bytes:
@@ -123,7 +112,7 @@ def compress(codec: int, data: bytes) -> bytes:
         return gzip.compress(data)
     if codec == 2:
         block = bytes(cramjam.snappy.compress_raw(data))
-        return _XERIAL_MAGIC + struct.pack(">ii", 1, 1) + struct.pack(">i", len(block)) + block
+        return compression.XERIAL_MAGIC + struct.pack(">ii", 1, 1) + struct.pack(">i", len(block)) + block
     if codec == 3:
         return bytes(cramjam.lz4.compress(data))
     if codec == 4:
@@ -131,19 +120,22 @@ def compress(codec: int, data: bytes) -> bytes:
     raise ValueError(f"unknown compression codec id {codec}")
 
 
-def parse_batch(buf: bytes | memoryview, pos: int) -> RecordBatch:
-    """Parse and verify the batch at ``pos``; the caller knows ``buf`` holds all of it."""
-    (base_offset, batch_length, leader_epoch, magic, crc, attributes, last_offset_delta,
+def parse_batch(buf: bytes | memoryview, pos: int, limits: Limits | None = None,
+                crc: int | None = None) -> RecordBatch:
+    """Parse and verify the batch at ``pos``; the caller knows ``buf`` holds all of it. A compressed
+    records section may decompress to ``limits.decompressed(recordCount)`` bytes at most. ``crc``: the
+    CRC-32C of its bytes from the attributes on, when the caller computed it already."""
+    (base_offset, batch_length, leader_epoch, magic, stored_crc, attributes, last_offset_delta,
      base_timestamp, max_timestamp, producer_id, _producer_epoch, _base_sequence,
      record_count) = HEADER.unpack_from(buf, pos)
     end = pos + LOG_OVERHEAD + batch_length
     if magic != 2:
         raise BatchError(f"record batch magic {magic} is not supported (only v2)", "UNSUPPORTED_VERSION")
-    actual = crc32c.crc32c(bytes(buf[pos + CRC_START:end]))
-    if actual != crc:
-        raise BatchError(f"CRC-32C mismatch: batch says {crc:#010x}, bytes give {actual:#010x}")
+    actual = crc32c.crc32c(memoryview(buf)[pos + CRC_START:end]) if crc is None else crc
+    if actual != stored_crc:
+        raise BatchError(f"CRC-32C mismatch: batch says {stored_crc:#010x}, bytes give {actual:#010x}")
     body = bytes(buf[pos + HEADER_SIZE:end])
-    payload = decompress(attributes & 0x07, body)
+    payload = decompress(attributes & 0x07, body, (limits or default_limits()).decompressed(record_count))
     return RecordBatch(pos, end - pos, base_offset, leader_epoch, attributes, last_offset_delta,
                        base_timestamp, max_timestamp, producer_id, record_count, payload)
 
@@ -173,13 +165,16 @@ def records(batch: RecordBatch) -> Iterator[Record | BadRecord]:
                 sub.take(max(header_value_length, 0))
             reader.pos = record_end
         except MessageError as exc:
-            yield BadRecord(start, batch.payload[start:], str(exc))
+            yield _bad_record(batch, start, str(exc))
             return
         yield Record(batch.base_offset + offset_delta, batch.base_timestamp + timestamp_delta,
                      key, value, start)
     if reader.remaining():
-        yield BadRecord(reader.pos, batch.payload[reader.pos:],
-                        f"{reader.remaining()} bytes after the batch's {batch.record_count} records")
+        yield _bad_record(batch, reader.pos, f"{reader.remaining()} bytes after the batch's {batch.record_count} records")
+
+
+def _bad_record(batch: RecordBatch, start: int, reason: str) -> BadRecord:
+    return BadRecord(start, batch.payload[start:start + RAW_LIMIT], len(batch.payload) - start, reason)
 
 
 def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None) -> bytes:

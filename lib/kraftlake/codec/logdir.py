@@ -15,14 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from kraftlake.codec import batches
+from kraftlake.codec import batches, resync
 from kraftlake.codec.batches import BadRecord, BatchError, RecordBatch
+from kraftlake.codec.bounds import INT32, INT64, TIMESTAMP_MS, Limits, default_limits, named_topic_problem, shown
+from kraftlake.codec.files import kind, open_regular, read_regular
 from kraftlake.codec.messages import MessageError, Reader, decode_message
 from kraftlake.metadata.rejections import RAW_LIMIT, Item, Rejection
 from kraftlake.metadata.schemas import UnknownVersionError, registry
 
 SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
+QUORUM_FILES = ("quorum-state", "leader-epoch-checkpoint")
 METADATA_FRAME_VERSION = 1  # MetadataRecordSerde's frame version
 
 
@@ -38,72 +41,47 @@ def _damage(source: str, buf: bytes | memoryview, start: int, end: int, reason: 
                      end - start)
 
 
-def _batch_at(buf: bytes | memoryview, pos: int) -> RecordBatch | None:
-    """The intact batch starting at ``pos``, if there is one (used to resynchronise after damage)."""
-    if pos + batches.HEADER_SIZE > len(buf) or buf[pos + 16] != 2:
-        return None
-    (length,) = struct.unpack_from(">i", buf, pos + 8)
-    if length < batches.HEADER_SIZE - batches.LOG_OVERHEAD or pos + batches.LOG_OVERHEAD + length > len(buf):
-        return None
-    try:
-        return batches.parse_batch(buf, pos)
-    except BatchError:
-        return None
-
-
-def _next_intact_batch(buf: bytes | memoryview, start: int) -> RecordBatch | None:
-    pos = start
-    data = buf if isinstance(buf, (bytes, mmap.mmap)) else bytes(buf)
-    while True:
-        magic_at = data.find(b"\x02", pos + 16)
-        if magic_at < 0:
-            return None
-        found = _batch_at(buf, magic_at - 16)
-        if found is not None:
-            return found
-        pos = magic_at - 16 + 1
-
-
-def _raw_batches(buf: bytes | memoryview, source: str, start: int = 0) -> Iterator[RecordBatch | Rejection]:
+def _raw_batches(buf: bytes | memoryview, source: str, start: int, limits: Limits) -> Iterator[RecordBatch | Rejection]:
     """Batches in file order from byte ``start``; damaged stretches become rejections and scanning resumes
-    after them."""
-    pos = start
-    size = len(buf)
-    while pos < size:
-        if size - pos < batches.HEADER_SIZE:
-            offset = struct.unpack_from(">q", buf, pos)[0] if size - pos >= 8 else None
-            yield _damage(source, buf, pos, size,
-                          f"truncated: {size - pos} bytes at the end, too few for a batch header "
-                          "(normal for the active segment of a running node)", offset)
-            return
-        base_offset, length = struct.unpack_from(">qi", buf, pos)
-        magic = buf[pos + 16]
-        end = pos + batches.LOG_OVERHEAD + length
-        plausible = magic == 2 and batches.HEADER_SIZE - batches.LOG_OVERHEAD <= length <= batches.MAX_BATCH_SIZE
-        if plausible and end <= size:
-            try:
-                batch = batches.parse_batch(buf, pos)
-            except BatchError as exc:
-                after = _batch_at(buf, end) if end < size else None
-                if after is not None or end == size:
-                    # the length held: the damage is inside this batch only
-                    yield _damage(source, buf, pos, end, str(exc), base_offset, exc.error)
+    after them (``resync``: in time linear in the buffer's size, whatever it holds)."""
+    with resync.Scanner(buf, limits) as scanner:
+        pos = start
+        size = len(buf)
+        while pos < size:
+            if size - pos < batches.HEADER_SIZE:
+                offset = struct.unpack_from(">q", buf, pos)[0] if size - pos >= 8 else None
+                yield _damage(source, buf, pos, size,
+                              f"truncated: {size - pos} bytes at the end, too few for a batch header "
+                              "(normal for the active segment of a running node)", offset)
+                return
+            base_offset, length = struct.unpack_from(">qi", buf, pos)
+            magic = buf[pos + 16]
+            end = pos + batches.LOG_OVERHEAD + length
+            plausible = magic == 2 and batches.HEADER_SIZE - batches.LOG_OVERHEAD <= length <= limits.batch_bytes
+            if plausible and end <= size:
+                crc = scanner.crc(pos + batches.CRC_START, end)
+                try:
+                    batch = batches.parse_batch(buf, pos, limits, crc)
+                except BatchError as exc:
+                    if crc == struct.unpack_from(">I", buf, pos + batches.CRC_AT)[0] or end == size \
+                            or scanner.intact(end):  # the length held: the damage is inside this batch only
+                        yield _damage(source, buf, pos, end, str(exc), base_offset, exc.error)
+                        pos = end
+                        continue
+                    reason = str(exc)
+                else:
+                    yield batch
                     pos = end
                     continue
-                reason = str(exc)
+            elif plausible:
+                reason = (f"truncated batch: its header says {batches.LOG_OVERHEAD + length} bytes, "
+                          f"the file has {size - pos} left (normal for the active segment of a running node)")
             else:
-                yield batch
-                pos = end
-                continue
-        elif plausible:
-            reason = (f"truncated batch: its header says {batches.LOG_OVERHEAD + length} bytes, "
-                      f"the file has {size - pos} left (normal for the active segment of a running node)")
-        else:
-            reason = f"no record batch here (magic byte {magic}, batch length {length})"
-        resync = _next_intact_batch(buf, pos + 1)
-        stop = resync.position if resync is not None else size
-        yield _damage(source, buf, pos, stop, reason, base_offset if plausible else None)
-        pos = stop
+                reason = f"no record batch here (magic byte {magic}, batch length {length})"
+            found = scanner.next_intact(pos + 1)
+            stop = size if found is None else found
+            yield _damage(source, buf, pos, stop, reason, base_offset if plausible else None)
+            pos = stop
 
 
 @dataclass(frozen=True)
@@ -118,8 +96,8 @@ class BatchHeader:
     crc: int
 
 
-def batch_headers(buf: bytes | memoryview, start: int = 0,
-                  limit: int | None = None) -> tuple[list[BatchHeader], str]:
+def batch_headers(buf: bytes | memoryview, start: int = 0, limit: int | None = None,
+                  limits: Limits | None = None) -> tuple[list[BatchHeader], str]:
     """The headers of the whole batches from byte ``start``, and why the walk stopped there: ``end`` (the
     buffer ends on a batch boundary), ``partial`` (a batch is still being written: its header or its
     bytes are not all there yet) or ``damage`` (no plausible batch header: corruption).
@@ -127,12 +105,13 @@ def batch_headers(buf: bytes | memoryview, start: int = 0,
     Cheap (61 bytes per batch), so a tail of a live segment can find its place without decoding. At most
     ``limit`` headers (the walk then stops with ``end``)."""
     headers, pos, size = [], start, len(buf)
+    max_bytes = (limits or default_limits()).batch_bytes
     while pos < size and (limit is None or len(headers) < limit):
         if size - pos < batches.HEADER_SIZE:
             return headers, "partial"
         base_offset, length, epoch, magic, crc = struct.unpack_from(">qiibI", buf, pos)
         _attributes, last_delta = struct.unpack_from(">hi", buf, pos + batches.CRC_START)
-        if magic != 2 or not batches.HEADER_SIZE - batches.LOG_OVERHEAD <= length <= batches.MAX_BATCH_SIZE:
+        if magic != 2 or not batches.HEADER_SIZE - batches.LOG_OVERHEAD <= length <= max_bytes:
             return headers, "damage"
         end = pos + batches.LOG_OVERHEAD + length
         if end > size:
@@ -142,8 +121,8 @@ def batch_headers(buf: bytes | memoryview, start: int = 0,
     return headers, "end"
 
 
-def _checked_batches(buf: bytes | memoryview, source: str, first_offset: int | None = None,
-                     start: int = 0) -> Iterator[RecordBatch | Rejection]:
+def _checked_batches(buf: bytes | memoryview, source: str, first_offset: int | None, start: int,
+                     limits: Limits) -> Iterator[RecordBatch | Rejection]:
     """Batches whose offsets and epochs continue the log.
 
     baseOffset and partitionLeaderEpoch are outside the CRC, so a flipped bit there passes the CRC. A
@@ -187,7 +166,7 @@ def _checked_batches(buf: bytes | memoryview, source: str, first_offset: int | N
         last_epoch = batch.leader_epoch
         return batch
 
-    for item in _raw_batches(buf, source, start):
+    for item in _raw_batches(buf, source, start, limits):
         if isinstance(item, Rejection):
             if pending is not None:
                 yield settle(pending, None)
@@ -232,20 +211,26 @@ def _decode_value(batch: RecordBatch, record: batches.Record) -> tuple[str, int,
 
 
 def decode_buffer(buf: bytes | memoryview, source: str, first_offset: int | None = None,
-                  start: int = 0) -> Iterator[Item]:
+                  start: int = 0, limits: Limits | None = None) -> Iterator[Item]:
     """Events and rejections of a buffer holding record batches (a segment or a snapshot), from byte
     ``start`` (a batch boundary; ``first_offset`` is then that batch's base offset)."""
-    for item in _checked_batches(buf, source, first_offset, start):
+    for item in _checked_batches(buf, source, first_offset, start, limits or default_limits()):
         if isinstance(item, Rejection):
             yield item
             continue
         batch = item
+        previous = batch.base_offset - 1
         for record in batches.records(batch):
             if isinstance(record, BadRecord):
                 yield Rejection(source, batch.position, None, "CORRUPT_MESSAGE",
                                 f"record at byte {record.position} of the batch's records: {record.reason}",
-                                record.raw[:RAW_LIMIT], len(record.raw))
+                                record.raw, record.raw_length)
                 break
+            misplaced = _misplaced(batch, record, previous)
+            if misplaced is not None:
+                yield _record_rejection(source, batch, record, "CORRUPT_MESSAGE", misplaced)
+                continue
+            previous = record.offset
             try:
                 type_, version, data = _decode_value(batch, record)
             except UnknownVersionError as exc:
@@ -254,26 +239,47 @@ def decode_buffer(buf: bytes | memoryview, source: str, first_offset: int | None
             except LookupError as exc:
                 yield _record_rejection(source, batch, record, "INVALID_RECORD", str(exc))
                 continue
-            except (MessageError, struct.error) as exc:
+            except (ValueError, struct.error) as exc:  # MessageError among them
                 yield _record_rejection(source, batch, record, "INVALID_RECORD", f"fields do not parse: {exc}")
+                continue
+            problem = named_topic_problem(type_, data)
+            if problem is not None:
+                yield _record_rejection(source, batch, record, "INVALID_TOPIC_EXCEPTION", problem)
                 continue
             yield {"offset": record.offset, "leader_epoch": batch.leader_epoch, "timestamp": record.timestamp,
                    "type": type_, "version": version, "data": data, "source": source,
                    "position": batch.position}
 
 
+def _misplaced(batch: RecordBatch, record: batches.Record, previous: int) -> str | None:
+    """Why ``record``'s offset or timestamp (a base plus a delta, each from the batch) cannot be where it
+    says, if it cannot: only a damaged or crafted batch gives one. A batch's records have increasing
+    offsets up to its lastOffsetDelta (a later batch would hold the same offsets otherwise), each one that
+    ``metadata_log`` can store."""
+    if not previous < record.offset <= batch.base_offset + batch.last_offset_delta:
+        return (f"offset {record.offset} does not follow the batch's previous record ({previous}) within its "
+                f"lastOffsetDelta ({batch.last_offset_delta})")
+    if not 0 <= record.offset <= INT64[1]:
+        return f"offset {record.offset} is outside Kafka's offsets (0..{INT64[1]})"
+    if not TIMESTAMP_MS[0] <= record.timestamp <= TIMESTAMP_MS[1]:
+        return f"timestamp {record.timestamp} is outside the milliseconds the log can hold"
+    return None
+
+
 def _record_rejection(source: str, batch: RecordBatch, record: batches.Record, error: str,
                       reason: str) -> Rejection:
     raw = record.value or b""
-    return Rejection(source, batch.position, record.offset, error, reason, raw[:RAW_LIMIT], len(raw))
+    offset = record.offset if 0 <= record.offset <= INT64[1] else None
+    return Rejection(source, batch.position, offset, error, reason, raw[:RAW_LIMIT], len(raw))
 
 
 class MappedFile:
-    """A read-only view of a file; empty files cannot be mmapped, hence the special case."""
+    """A read-only view of a regular file (``files.open_regular``); empty files cannot be mmapped, hence
+    the special case."""
 
     def __init__(self, path: Path):
         self.path = path
-        self.file = open(path, "rb")
+        self.file = open_regular(path)
         size = os.fstat(self.file.fileno()).st_size
         self.buf: bytes | mmap.mmap = mmap.mmap(self.file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
 
@@ -283,7 +289,8 @@ class MappedFile:
         self.file.close()
 
 
-def decode_file(path: str | os.PathLike, min_offset: int | None = None) -> Iterator[Item]:
+def decode_file(path: str | os.PathLike, min_offset: int | None = None,
+                limits: Limits | None = None) -> Iterator[Item]:
     """A segment (``.log``) or a snapshot (``.checkpoint``), from its first byte.
 
     ``min_offset`` skips records below it (a segment's records already covered by a snapshot).
@@ -294,7 +301,7 @@ def decode_file(path: str | os.PathLike, min_offset: int | None = None) -> Itera
     first_offset = int(segment.group(1)) if segment else 0 if snapshot_end_offset(path) else None
     mapped = MappedFile(path)
     try:
-        for item in decode_buffer(mapped.buf, str(path), first_offset):
+        for item in decode_buffer(mapped.buf, str(path), first_offset, limits=limits):
             if min_offset is not None and isinstance(item, dict) and item["offset"] < min_offset:
                 continue
             yield item
@@ -308,7 +315,7 @@ def snapshot_end_offset(path: str | os.PathLike) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-def decode_snapshot(path: str | os.PathLike) -> Iterator[Item]:
+def decode_snapshot(path: str | os.PathLike, limits: Limits | None = None) -> Iterator[Item]:
     """A snapshot's records, placed just before its end offset.
 
     Records in a snapshot file carry offsets counted from 0 inside the file; the log gives them no
@@ -319,7 +326,7 @@ def decode_snapshot(path: str | os.PathLike) -> Iterator[Item]:
     other at an offset, never both (``storage.ingest``, ADR 0010).
     """
     named = snapshot_end_offset(path)
-    items = list(decode_file(path))
+    items = list(decode_file(path, limits=limits))
     events = [i for i in items if isinstance(i, dict)]
     if named is not None:
         end_offset = named[0]
@@ -331,14 +338,29 @@ def decode_snapshot(path: str | os.PathLike) -> Iterator[Item]:
     return iter(items)
 
 
-def list_partition_dir(path: str | os.PathLike) -> tuple[list[Path], list[Path]]:
-    """(segments, snapshots) of a partition directory, each in offset order."""
-    root = Path(path)
+def _named_like_the_log(root: Path) -> list[os.DirEntry]:
     if not root.is_dir():
         raise NotADirectoryError(f"{root} is not a partition directory")
-    segments = sorted((p for p in root.iterdir() if SEGMENT_NAME.match(p.name)), key=lambda p: p.name)
-    snapshots = sorted((p for p in root.iterdir() if SNAPSHOT_NAME.match(p.name)), key=lambda p: p.name)
+    with os.scandir(root) as entries:
+        return [e for e in entries if SEGMENT_NAME.match(e.name) or SNAPSHOT_NAME.match(e.name)]
+
+
+def list_partition_dir(path: str | os.PathLike) -> tuple[list[Path], list[Path]]:
+    """(segments, snapshots) of a partition directory, each in offset order: the regular files named so
+    (``skipped_entries`` reports the others)."""
+    regular = [Path(e.path) for e in _named_like_the_log(Path(path)) if e.is_file(follow_symlinks=False)]
+    segments = sorted((p for p in regular if SEGMENT_NAME.match(p.name)), key=lambda p: p.name)
+    snapshots = sorted((p for p in regular if SNAPSHOT_NAME.match(p.name)), key=lambda p: p.name)
     return segments, snapshots
+
+
+def skipped_entries(path: str | os.PathLike) -> list[Rejection]:
+    """A rejection for each entry named like a segment or a snapshot that is not a regular file (a link,
+    a FIFO, a directory...): not read, see ``files``."""
+    return [Rejection(e.path, None, None, "KAFKA_STORAGE_ERROR",
+                      f"{kind(e.stat(follow_symlinks=False).st_mode)} named like a log file: not read (a log "
+                      "directory's files are regular files)")
+            for e in sorted(_named_like_the_log(Path(path)), key=lambda e: e.name) if not e.is_file(follow_symlinks=False)]
 
 
 # Where a read of a partition directory starts (ingest's default, --from-snapshot, --full-history; ADR 0010).
@@ -420,18 +442,21 @@ def plan_partition_dir(path: str | os.PathLike, start: str = FROM_SNAPSHOT,
     return DirectoryPlan(snapshot, tuple(kept), log_start, end)
 
 
-def decode_plan(plan: DirectoryPlan) -> Iterator[Item]:
+def decode_plan(plan: DirectoryPlan, limits: Limits | None = None) -> Iterator[Item]:
     """The plan's snapshot records (placed just below its end offset), then its segments' records."""
     if plan.snapshot is not None:
-        yield from decode_snapshot(plan.snapshot)
+        yield from decode_snapshot(plan.snapshot, limits)
     for segment in plan.segments:
-        yield from decode_file(segment, min_offset=plan.segment_start)
+        yield from decode_file(segment, min_offset=plan.segment_start, limits=limits)
 
 
-def decode_partition_dir(path: str | os.PathLike, start: str = FROM_SNAPSHOT) -> Iterator[Item]:
+def decode_partition_dir(path: str | os.PathLike, start: str = FROM_SNAPSHOT,
+                         limits: Limits | None = None) -> Iterator[Item]:
     """A partition directory's records in offset order; by default as Kafka's loader reads it (the newest
-    snapshot, then the records after it), ``start`` says otherwise (``plan_partition_dir``)."""
-    return decode_plan(plan_partition_dir(path, start))
+    snapshot, then the records after it), ``start`` says otherwise (``plan_partition_dir``). Entries named
+    like log files that are not regular files come first, as rejections (``skipped_entries``)."""
+    yield from skipped_entries(path)
+    yield from decode_plan(plan_partition_dir(path, start), limits)
 
 
 def read_partition_dir(path: str | os.PathLike, start: str = FROM_SNAPSHOT) -> Iterator[dict]:
@@ -442,10 +467,11 @@ def read_partition_dir(path: str | os.PathLike, start: str = FROM_SNAPSHOT) -> I
         yield item
 
 
-def read_leader_epoch_checkpoint(path: str | os.PathLike) -> list[tuple[int, int]]:
+def read_leader_epoch_checkpoint(path: str | os.PathLike, content: bytes | None = None) -> list[tuple[int, int]]:
     """Kafka's ``leader-epoch-checkpoint`` (LeaderEpochCheckpointFile): a version line (0), a count line,
-    then one "epoch start-offset" line per epoch; ValueError naming the line when it is not that."""
-    lines = Path(path).read_text().splitlines()
+    then one "epoch start-offset" line per epoch; ValueError naming the line when it is not that.
+    ``content``: the file's bytes, when the caller read them already."""
+    lines = _text(path, content).splitlines()
     if len(lines) < 2 or lines[0].strip() != "0" or not lines[1].strip().isdigit():
         raise ValueError(f"{path}: line 1-2: not a leader-epoch-checkpoint (version 0, then a count)")
     count = int(lines[1])
@@ -453,20 +479,39 @@ def read_leader_epoch_checkpoint(path: str | os.PathLike) -> list[tuple[int, int
     for number, line in enumerate(lines[2:], start=3):
         parts = line.split()
         if len(parts) != 2 or not all(p.lstrip("-").isdigit() for p in parts):
-            raise ValueError(f"{path}: line {number}: expected 'epoch start-offset', got {line!r}")
-        entries.append((int(parts[0]), int(parts[1])))
+            raise ValueError(f"{path}: line {number}: expected 'epoch start-offset', got {shown(line)}")
+        epoch, start = int(parts[0]), int(parts[1])
+        if not (INT32[0] <= epoch <= INT32[1] and INT64[0] <= start <= INT64[1]):
+            raise ValueError(f"{path}: line {number}: epoch {shown(epoch)} is no int32 or offset {shown(start)} no int64")
+        entries.append((epoch, start))
     if len(entries) != count:
         raise ValueError(f"{path}: line 2 announces {count} epochs, the file has {len(entries)}")
     return entries
 
 
-def read_quorum_state(path: str | os.PathLike) -> dict:
-    """Kafka's ``quorum-state`` file: QuorumStateData as JSON plus its ``data_version``."""
-    text = Path(path).read_text()
+def read_quorum_state(path: str | os.PathLike, content: bytes | None = None) -> dict:
+    """Kafka's ``quorum-state`` file: QuorumStateData as JSON plus its ``data_version``. ``content``: the
+    file's bytes, when the caller read them already."""
+    text = _text(path, content)
     try:
         state = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: quorum-state is not JSON: {exc}") from exc
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{path}: quorum-state is not JSON: {type(exc).__name__}: {shown(str(exc))}") from exc
     if not isinstance(state, dict) or "leaderEpoch" not in state:
         raise ValueError(f"{path}: not a quorum-state file (no leaderEpoch)")
+    voters = state.get("currentVoters")
+    ids = [state.get(k, -1) for k in ("leaderEpoch", "leaderId", "votedId")]
+    if voters is not None:
+        ids += [v.get("voterId") if isinstance(v, dict) else None for v in (voters if isinstance(voters, list) else [0])]
+    for value in ids:
+        if isinstance(value, bool) or not isinstance(value, int) or not INT32[0] <= value <= INT32[1]:
+            raise ValueError(f"{path}: quorum-state holds {shown(value)} where an int32 epoch or replica id goes")
     return state
+
+
+def _text(path: str | os.PathLike, content: bytes | None) -> str:
+    raw = read_regular(path) if content is None else content
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text: {exc}") from exc

@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Callable
 
+from kraftlake.codec.bounds import STRING_MAX_BYTES
 from kraftlake.metadata import uuids
 from kraftlake.metadata.schemas import FieldSpec, MessageSpec, StructSpec
 
@@ -118,6 +119,8 @@ def _primitive_decoder(ktype: str, flexible: bool, nullable: bool, name: str) ->
             null_check(n)
             if n == -1:
                 return None
+            if n > STRING_MAX_BYTES:  # as Kafka's generated readers: no string is longer
+                raise MessageError(f"field {name}: string of invalid length {n}")
             try:
                 return r.take(n).decode("utf-8")
             except UnicodeDecodeError as exc:

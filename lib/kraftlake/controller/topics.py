@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import random
-import re
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterable, Iterator, Mapping, TypeVar
 
+from kraftlake.codec.bounds import topic_name_problem
 from kraftlake.controller.decisions import Context, Decision, Refused, error_code, record, response
 from kraftlake.controller.elections import (MV_DIRECTORIES, MV_ELR, default_dir, eligible_replicas, metadata_version,
     partition_record_version, supports)
@@ -28,12 +28,10 @@ from kraftlake.metadata.config import setting
 
 T = TypeVar("T")
 
-MAX_TOPIC_NAME_LENGTH = 249
 # Kafka's bounds on what one request may create (ReplicationControlManager.MAX_PARTITIONS_PER_BATCH, checked
 # before anything else; QuorumController.MAX_RECORDS_PER_USER_OP, the length of its BoundedList of records)
 MAX_PARTITIONS_PER_BATCH = 10_000
 MAX_RECORDS_PER_USER_OP = 10_000
-_LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 _METADATA_TOPIC_ID = uuids.from_bytes(bytes(15) + b"\x01")  # reserved for __cluster_metadata
 _TOPIC_CONFIG_SOURCE = 1  # DescribeConfigs ConfigSource TOPIC_CONFIG
 
@@ -47,16 +45,9 @@ def _unify(name: str) -> str:
 def check_topic_name(image: ClusterImage, name: str) -> None:
     """Kafka's ``Topic.validate``, and its refusal of a name that differs from an existing one only
     by '.' versus '_' (both become '_' in metric names)."""
-    if not name:
-        raise Refused("INVALID_TOPIC_EXCEPTION", "Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise Refused("INVALID_TOPIC_EXCEPTION", 'Topic name cannot be "." or ".."')
-    if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise Refused("INVALID_TOPIC_EXCEPTION", "Topic name is illegal, it can't be longer than "
-                      f"{MAX_TOPIC_NAME_LENGTH} characters, Topic name: {name}")  # Kafka 4's Topic.validate
-    if not _LEGAL_TOPIC_NAME.fullmatch(name):
-        raise Refused("INVALID_TOPIC_EXCEPTION", f'Topic name "{name}" is illegal, it contains a character '
-                      "other than ASCII alphanumerics, '.', '_' and '-'")
+    problem = topic_name_problem(name)
+    if problem is not None:
+        raise Refused("INVALID_TOPIC_EXCEPTION", problem)
     if "." in name or "_" in name:
         for existing in image.topic_ids:
             if existing != name and _unify(existing) == _unify(name):

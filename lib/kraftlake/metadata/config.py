@@ -30,6 +30,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "ConfigWarning",
+    "DECODE_LIMITS",
     "ENGINES",
     "STORAGE_PREFIX",
     "default_properties_path",
@@ -44,6 +45,9 @@ __all__ = [
 
 #: Storage engines ``kraftlake.engine`` may name.
 ENGINES = ("auto", "native", "delta-rs")
+#: What one input may cost (``kraftlake.codec.bounds.Limits``): a batch, a record, a hand-written event, in bytes.
+DECODE_LIMITS = ("kraftlake.decode.batch.max.bytes", "kraftlake.decode.record.max.bytes",
+                 "kraftlake.decode.event.max.bytes")
 #: Settings under this prefix are delta-rs storage options (``kraftlake.storage.aws_endpoint_url``, ...).
 STORAGE_PREFIX = "kraftlake.storage."
 
@@ -333,6 +337,8 @@ def _validate(config: Config) -> None:
     config.get_int("kraftlake.shards", minimum=1)
     config.get_bool("kraftlake.strict")
     config.get_int("kraftlake.ingest.batch.records", minimum=1)
+    for key in DECODE_LIMITS:
+        config.get_int(key, minimum=1)
     config.get_str("kraftlake.progress", choices=progress.MODES)
     config.get_int("kraftlake.progress.interval.ms", minimum=0)
 

@@ -25,6 +25,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from kraftlake.codec.bounds import Limits
 from kraftlake.codec.events import json_bytes
 from kraftlake.codec.logdir import decode_buffer
 from kraftlake.codec.writer import encode_events
@@ -77,13 +78,13 @@ def _records_bytes(records: list[dict], now: int) -> bytes | None:
     return encode_events(events, first_offset=records[0]["Offset"], batch_records=len(events))
 
 
-def _records_of(raw: bytes | str | None) -> list[dict]:
+def _records_of(raw: bytes | str | None, limits: Limits | None) -> list[dict]:
     if not raw:
         return []
     if isinstance(raw, str):  # JSON carries bytes as base64 (Spark's to_json, JSON lines)
         raw = base64.b64decode(raw)
     out = []
-    for item in decode_buffer(raw, "FetchResponse.Records"):
+    for item in decode_buffer(raw, "FetchResponse.Records", limits=limits):
         if not isinstance(item, dict):
             raise ValueError(f"damaged records in a FetchResponse: {item.reason}")
         out.append({"Offset": item["offset"], "Epoch": item["leader_epoch"],
@@ -91,8 +92,9 @@ def _records_of(raw: bytes | str | None) -> list[dict]:
     return out
 
 
-def to_node_message(event: Mapping) -> dict:
-    """A quorum RPC event (Kafka's nested schema) as the flat message ``RaftNode.handle`` takes."""
+def to_node_message(event: Mapping, limits: Limits | None = None) -> dict:
+    """A quorum RPC event (Kafka's nested schema) as the flat message ``RaftNode.handle`` takes; the
+    batches a FetchResponse carries are decoded within ``limits`` (they came from the event's writer)."""
     t, d = event["type"], event["data"]
     flat: dict[str, Any]
     if t == "FetchRequest":
@@ -104,7 +106,7 @@ def to_node_message(event: Mapping) -> dict:
         p = _partition(d, "Responses")
         err = d.get("ErrorCode") or p["ErrorCode"]
         flat = {"ErrorCode": err, "HighWatermark": p["HighWatermark"], "DivergingEpoch": dict(p["DivergingEpoch"]),
-                "CurrentLeader": dict(p["CurrentLeader"]), "Records": _records_of(p.get("Records"))}
+                "CurrentLeader": dict(p["CurrentLeader"]), "Records": _records_of(p.get("Records"), limits)}
     elif t == "AlterQuorumRequest":
         target = d.get("TargetVoters")
         flat = {"TargetVoters": None if target is None else [v["VoterId"] for v in target]}
@@ -276,7 +278,7 @@ class Replica:
                 node = self.node
             assert node is not None
             try:
-                message = to_node_message(event)
+                message = to_node_message(event, Limits.from_settings(properties))
             except (ValueError, KeyError, TypeError) as exc:  # malformed: reported, nothing else changes
                 rows.append(("rejected", {
                     "stage": "replay", "source": event.get("source"), "position": event.get("position"),

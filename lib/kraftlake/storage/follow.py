@@ -9,6 +9,8 @@ so a poll reads only the bytes appended since the last one.
 What a live directory does, and what the follower does about it:
 
 - a batch still being written (its bytes not all there yet) is left for the next poll, never rejected;
+- an entry named like a segment or a snapshot that is not a regular file (a link, a FIFO) is never read,
+  and reported once (``codec.files``);
 - the active segment rolls (a new ``<base offset>.log``): the follower moves on once it has read the old
   one to its end; an old segment is deleted (retention), or a new snapshot appears: nothing to do, the
   follower is past them (a follower that falls behind retention stops: the records it missed are gone);
@@ -35,8 +37,10 @@ from typing import Callable, TextIO
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kraftlake.codec.bounds import Limits, default_limits
 from kraftlake.codec.logdir import (HISTORY, SEGMENT_NAME, BatchHeader, MappedFile, batch_headers, decode_buffer,
-                                    decode_snapshot, list_partition_dir, plan_partition_dir, snapshot_end_offset)
+                                    decode_snapshot, list_partition_dir, plan_partition_dir, skipped_entries,
+                                    snapshot_end_offset)
 from kraftlake.metadata.rejections import Rejection
 from kraftlake.metadata.tables import metadata_log_schema, table_arrow_schema
 from kraftlake.storage.deltars import DeltaRsTables
@@ -82,18 +86,21 @@ class _Cursor:
     consumed: deque = field(default_factory=lambda: deque(maxlen=MEMO_BATCHES))  # BatchHeaders read here
 
 
-def _header_at(mapped: MappedFile, position: int) -> BatchHeader | None:
-    headers, _ = batch_headers(mapped.buf, position, limit=1)
+def _header_at(mapped: MappedFile, position: int, limits: Limits) -> BatchHeader | None:
+    headers, _ = batch_headers(mapped.buf, position, limit=1, limits=limits)
     return headers[0] if headers else None
 
 
 class Follower:
     """Tails ``directory`` into ``tables``; ``poll()`` once, or ``run()`` until told to stop."""
 
-    def __init__(self, tables: DeltaRsTables, directory: str | os.PathLike, *, strict: bool = False) -> None:
+    def __init__(self, tables: DeltaRsTables, directory: str | os.PathLike, *, strict: bool = False,
+                 limits: Limits | None = None) -> None:
         self.tables = tables
         self.directory = Path(directory).resolve()
         self.strict = strict
+        self.limits = limits or default_limits()
+        self.skipped: set[str] = set()  # entries named like log files that are not regular files, reported once
         self.next_offset: int | None = None
         self.cursor: _Cursor | None = None
 
@@ -114,7 +121,7 @@ class Follower:
         snapshot = plan_partition_dir(self.directory, HISTORY).snapshot if snapshots else None
         if snapshot is None:
             return None
-        items = list(decode_snapshot(snapshot))
+        items = list(decode_snapshot(snapshot, self.limits))
         result = self._commit([i for i in items if isinstance(i, dict)], [i for i in items if isinstance(i, Rejection)])
         self.next_offset = snapshot_end_offset(snapshot)[0]
         return result
@@ -140,7 +147,7 @@ class Follower:
         base, segment = below[-1]
         mapped = MappedFile(segment)
         try:
-            headers, _ = batch_headers(mapped.buf)
+            headers, _ = batch_headers(mapped.buf, limits=self.limits)
         finally:
             mapped.close()
         position = 0
@@ -155,11 +162,11 @@ class Follower:
             return False
         if not cursor.consumed:
             return True
-        return _header_at(mapped, cursor.consumed[-1].position) == cursor.consumed[-1]
+        return _header_at(mapped, cursor.consumed[-1].position, self.limits) == cursor.consumed[-1]
 
     def _rewind(self, cursor: _Cursor, mapped: MappedFile) -> None:
         """After a rewrite: back to just after the last consumed batch that is still there as it was."""
-        while cursor.consumed and _header_at(mapped, cursor.consumed[-1].position) != cursor.consumed[-1]:
+        while cursor.consumed and _header_at(mapped, cursor.consumed[-1].position, self.limits) != cursor.consumed[-1]:
             cursor.consumed.pop()
         if cursor.consumed:
             cursor.position = cursor.consumed[-1].position + cursor.consumed[-1].size
@@ -172,6 +179,10 @@ class Follower:
         """Read what landed since the last poll and commit it (one commit); returns what was added."""
         segments, snapshots = list_partition_dir(self.directory)
         total = PollResult()
+        skipped = [r for r in skipped_entries(self.directory) if r.source not in self.skipped]
+        if skipped:
+            _merge(total, self._commit([], skipped))
+            self.skipped.update(r.source for r in skipped)
         if self.next_offset is None:
             _merge(total, self._start(snapshots))
         while True:
@@ -195,13 +206,14 @@ class Follower:
     def _read(self, cursor: _Cursor, mapped: MappedFile, rolled: bool) -> PollResult:
         """The whole batches after ``cursor.position`` (all the bytes once the segment has rolled: a partial
         batch there will never be completed and is damage)."""
-        headers, stop = batch_headers(mapped.buf, cursor.position)
+        headers, stop = batch_headers(mapped.buf, cursor.position, limits=self.limits)
         end = len(mapped.buf) if rolled or stop == "damage" else (headers[-1].position + headers[-1].size
                                                                     if headers else cursor.position)
         if end <= cursor.position:
             return PollResult()
         first = headers[0].base_offset if headers and headers[0].position == cursor.position else None
-        items = list(decode_buffer(memoryview(mapped.buf)[:end], str(cursor.segment), first, cursor.position))
+        items = list(decode_buffer(memoryview(mapped.buf)[:end], str(cursor.segment), first, cursor.position,
+                                   self.limits))
         seen = [i for i in items if isinstance(i, dict) and i["offset"] < self.next_offset]
         new = [i for i in items if isinstance(i, dict) and i["offset"] >= self.next_offset]
         rejections = [i for i in items if isinstance(i, Rejection) and (i.offset is None or i.offset >= self.next_offset)]

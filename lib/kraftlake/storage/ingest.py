@@ -33,8 +33,10 @@ import pyarrow.compute as pc
 
 from kraftlake import codec
 from kraftlake.codec import events
-from kraftlake.codec.logdir import (FROM_SNAPSHOT, FULL_HISTORY, HISTORY, SEGMENT_NAME, SNAPSHOT_NAME, DirectoryPlan,
-                                    snapshot_end_offset)
+from kraftlake.codec.bounds import Limits, default_limits
+from kraftlake.codec.files import NotRegularFile, is_regular, open_regular, read_regular
+from kraftlake.codec.logdir import (FROM_SNAPSHOT, FULL_HISTORY, HISTORY, QUORUM_FILES, SEGMENT_NAME, SNAPSHOT_NAME,
+                                    DirectoryPlan, skipped_entries, snapshot_end_offset)
 from kraftlake.metadata.config import defaults
 from kraftlake.metadata.progress import Meter
 from kraftlake.metadata.rejections import RAW_LIMIT, Item, Rejection
@@ -177,7 +179,7 @@ def detect_kind(path: Path) -> str:
         return "json-lines"
     if name.endswith(".avro"):
         return "avro"
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         head = handle.read(64)
     if head.startswith(b"Obj\x01"):
         return "avro"
@@ -198,14 +200,15 @@ def start_of(full_history: bool, from_snapshot: bool) -> str:
 def fingerprint(path: Path, kind: str, start: str) -> tuple[str, int]:
     """(sha-256 of what will be read, bytes) — the identity that makes re-ingesting a no-op. ``HISTORY``
     has a name of its own in it: a directory that an earlier release ingested from its newest snapshot
-    (its ``False``) is read again, and its history backfilled."""
+    (its ``False``) is read again, and its history backfilled. A directory's regular files only
+    (``codec.files``)."""
     how = "history" if kind == "partition-dir" and start == HISTORY else str(start == FULL_HISTORY)
     digest = hashlib.sha256(f"{kind}:{how}".encode())
-    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    files = sorted(p for p in path.iterdir() if is_regular(p)) if path.is_dir() else [path]
     total = 0
     for file in files:
         digest.update(file.name.encode() + b"\0")
-        with open(file, "rb") as handle:
+        with open_regular(file) as handle:
             while chunk := handle.read(1 << 20):
                 digest.update(chunk)
                 total += len(chunk)
@@ -236,36 +239,41 @@ def _log_start(path: Path, kind: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _read(path: Path, kind: str, start: str, held_before: bool = False) -> _Read:
+def _read(path: Path, kind: str, start: str, held_before: bool = False, limits: Limits | None = None) -> _Read:
+    """``path`` as the user named it: a link there is followed (their choice), the files inside a directory
+    must be regular files (``codec.files``)."""
+    path = path.resolve()
     if kind == "partition-dir":
         plan = codec.plan_partition_dir(path, start, held_before)
-        snapshot = list(codec.decode_snapshot(plan.snapshot)) if plan.snapshot is not None else []
+        snapshot = list(codec.decode_snapshot(plan.snapshot, limits)) if plan.snapshot is not None else []
         events_ = [i for i in snapshot if isinstance(i, dict)]
-        return _Read(itertools.chain(snapshot, codec.decode_plan(dataclasses.replace(plan, snapshot=None))),
+        rest = codec.decode_plan(dataclasses.replace(plan, snapshot=None), limits)
+        return _Read(itertools.chain(skipped_entries(path), snapshot, rest),
                      ([plan.snapshot] if plan.snapshot is not None else []) + list(plan.segments),
                      events_[0]["offset"] if events_ else plan.first_offset, plan.first_offset, events_, plan,
                      plan.missing)
     if kind == "segment":
         base = _log_start(path, kind)
         missing = (0, base - 1) if base and not held_before else None
-        return _Read(codec.decode_file(path), [path], base or 0, base, missing=missing)
+        return _Read(codec.decode_file(path, limits=limits), [path], base or 0, base, missing=missing)
     if kind == "snapshot":
-        items = list(codec.decode_snapshot(path))
+        items = list(codec.decode_snapshot(path, limits))
         events_ = [i for i in items if isinstance(i, dict)]
         placed = events_ if snapshot_end_offset(path) is not None else []
         return _Read(iter(items), [path], events_[0]["offset"] if events_ else None, snapshot=placed)
     if kind == "json-lines":
-        return _Read(events.read_json_lines(path), [])
+        return _Read(events.read_json_lines(path, limits), [])
     if kind == "avro":
-        return _Read(events.read_avro(path), [])
+        return _Read(events.read_avro(path, limits), [])
     unknown = Rejection(str(path), 0, None, "INVALID_RECORD",
                         "not a Kafka log segment, snapshot, partition directory, JSON lines or Avro file")
     return _Read(iter([unknown]), [])
 
 
-def read_source(path: Path, kind: str, full_history: bool, from_snapshot: bool = False) -> Iterator[Item]:
+def read_source(path: Path, kind: str, full_history: bool, from_snapshot: bool = False,
+                limits: Limits | None = None) -> Iterator[Item]:
     """A source's records and rejections as an ingest into an empty warehouse reads them."""
-    return _read(path, kind, start_of(full_history, from_snapshot)).items
+    return _read(path, kind, start_of(full_history, from_snapshot), limits=limits).items
 
 
 class _SourceProgress:
@@ -611,26 +619,37 @@ def _chunks(events_: Iterator[dict], size: int) -> Iterator[list[dict]]:
         yield chunk
 
 
-def read_quorum_files(path: Path) -> tuple[list[dict], list[Rejection]]:
+def read_quorum_files(path: Path, limits: Limits | None = None) -> tuple[list[dict], list[Rejection]]:
     """The partition directory's ``quorum-state`` and ``leader-epoch-checkpoint``, when present, as
-    ``quorum_files`` rows; a file that is not what its name says is a rejection (the log still goes in)."""
+    ``quorum_files`` rows; a file that is not what its name says, or longer than an event may be, is a
+    rejection (the log still goes in)."""
     rows, rejections = [], []
-    for name in ("quorum-state", "leader-epoch-checkpoint"):
+    limit = (limits or default_limits()).event_bytes
+    for name in QUORUM_FILES:
         file = path / name
-        if not file.is_file():
+        try:
+            content = read_regular(file, limit)
+        except FileNotFoundError:
             continue
-        content = file.read_bytes()
+        except NotRegularFile as exc:
+            rejections.append(Rejection(str(file), None, None, "KAFKA_STORAGE_ERROR", f"{name}: {exc.strerror}: "
+                                        "not read (a log directory's files are regular files)"))
+            continue
+        if len(content) > limit:
+            rejections.append(Rejection(str(file), None, None, "MESSAGE_TOO_LARGE", f"{name}: longer than "
+                                        f"kraftlake.decode.event.max.bytes ({limit:,})", content[:RAW_LIMIT]))
+            continue
         row = {"file": str(file), "kind": name, "leader_id": None, "leader_epoch": None, "voted_id": None,
                "current_voters": None, "epochs": None, "content": content.decode("utf-8", "replace")}
         try:
             if name == "quorum-state":
-                state = codec.read_quorum_state(file)
+                state = codec.read_quorum_state(file, content)
                 voters = state.get("currentVoters")
                 row.update(leader_id=state.get("leaderId"), leader_epoch=state.get("leaderEpoch"),
                            voted_id=state.get("votedId"),
                            current_voters=None if voters is None else [v["voterId"] for v in voters])
             else:
-                row["epochs"] = [{"epoch": e, "start_offset": o} for e, o in codec.read_leader_epoch_checkpoint(file)]
+                row["epochs"] = [{"epoch": e, "start_offset": o} for e, o in codec.read_leader_epoch_checkpoint(file, content)]
         except (ValueError, KeyError, TypeError) as exc:
             rejections.append(Rejection(str(file), None, None, "CORRUPT_MESSAGE", f"{name}: {exc}",
                                         content[:RAW_LIMIT], len(content), unit="line"))
@@ -641,22 +660,26 @@ def read_quorum_files(path: Path) -> tuple[list[dict], list[Rejection]]:
 
 def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_history: bool = False,
                   from_snapshot: bool = False, batch_records: int | None = None,
-                  meter: Meter | None = None) -> SourceSummary:
+                  meter: Meter | None = None, limits: Limits | None = None) -> SourceSummary:
     """Ingest one source; ``batch_records`` events per Delta commit (``kraftlake.ingest.batch.records``);
-    progress goes to ``meter`` (its unit and total are set here, from the source). A directory is read from
-    its start (``full_history``, ``from_snapshot``: ``start_of``); raises ``HistoryConflict`` when its
-    snapshot cannot be placed in this warehouse."""
+    progress goes to ``meter`` (its unit and total are set here, from the source); the source is read
+    within ``limits`` (``kraftlake.decode.*``). A directory is read from its start (``full_history``,
+    ``from_snapshot``: ``start_of``); raises ``HistoryConflict`` when its snapshot cannot be placed in this
+    warehouse."""
     batch_records = batch_records or int(defaults()["kraftlake.ingest.batch.records"])
     start = start_of(full_history, from_snapshot)
     path = Path(source).resolve()
     started = time.monotonic()
     if not path.exists():
         raise FileNotFoundError(f"{source}: no such file or directory")
+    if not path.is_dir() and not path.is_file():
+        raise NotRegularFile(f"{source}: not a regular file or a directory (reading a FIFO or a device waits "
+                             "for a writer)")
     kind = detect_kind(path)
     summary = SourceSummary(str(path), kind)
     digest, summary.bytes = fingerprint(path, kind, start)
     txn = (f"kraftlake-ingest-{digest}", 1)
-    quorum_files, quorum_rejections = read_quorum_files(path) if kind == "partition-dir" else ([], [])
+    quorum_files, quorum_rejections = read_quorum_files(path, limits) if kind == "partition-dir" else ([], [])
     summary.quorum_state = next((json.loads(f["content"]) for f in quorum_files if f["kind"] == "quorum-state"), None)
     if strict and quorum_rejections:
         raise StrictModeError(quorum_rejections[0])
@@ -676,7 +699,7 @@ def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_his
         base = _log_start(path, kind) if kind in KAFKA_KINDS else None
         if base and end is not None and end >= base - 1:
             held_before = _held(tables, version, base - 1, base - 1).holds_log_before(base)
-        read = _read(path, kind, start, held_before)
+        read = _read(path, kind, start, held_before, limits)
         summary.missing = read.missing
         if read.directory is not None and read.directory.summarised is not None:
             first, last = read.directory.summarised
@@ -733,14 +756,15 @@ def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_his
 def ingest(tables: Tables, sources: Iterable[str], *, strict: bool = False, full_history: bool = False,
            from_snapshot: bool = False, batch_records: int | None = None,
            meter: Callable[[str], Meter] | None = None,
-           on_source: Callable[[SourceSummary], None] | None = None) -> list[SourceSummary]:
+           on_source: Callable[[SourceSummary], None] | None = None,
+           limits: Limits | None = None) -> list[SourceSummary]:
     """Ingest each source in the order given (offsets continue across them); ``meter(label)`` makes each
     source's progress meter."""
     summaries = []
     for source in sources:
         summary = ingest_source(tables, os.fspath(source), strict=strict, full_history=full_history,
                                 from_snapshot=from_snapshot, batch_records=batch_records,
-                                meter=None if meter is None else meter(os.fspath(source)))
+                                meter=None if meter is None else meter(os.fspath(source)), limits=limits)
         summaries.append(summary)
         if on_source is not None:
             on_source(summary)
