@@ -12,7 +12,7 @@
 set -euo pipefail
 
 # shellcheck source=scripts/venv.sh
-source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/scripts/venv.sh"
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/scripts/venv.sh" requirements.txt
 
 # The JVM side must be the Spark that matches the venv's pyspark, whatever SPARK_HOME says.
 spark_home="$("$KL_PY" -c 'import importlib.util, os; print(os.path.dirname(importlib.util.find_spec("pyspark").origin))')" \
