@@ -5,8 +5,8 @@
 #   spark-submit.sh: the product's requirements.txt; run-tests.sh: requirements-test.txt,
 #   which adds the test-only packages (pytest, hypothesis, chispa, moto[server]) to the product's.
 #
-# Makes sure python3 (>= 3.10) and Java (>= 17, which Spark needs) are there, creates
-# <repo>/.venv if it is missing, and installs the requirements file into it whenever its sha256 (with
+# Makes sure python3 (>= 3.10) is there (kl_check_java, for the callers that start Spark: Java >= 17),
+# creates <repo>/.venv if it is missing, and installs the requirements file into it whenever its sha256 (with
 # the files it includes with -r) differs from the file's stamp kept in .venv (first run installs, later
 # runs cost nothing, a changed pin reinstalls). pip's output goes to .venv/pip-install.log; one line
 # says what is being installed, and a failure shows what failed and the log's tail. Exits the calling
@@ -30,10 +30,10 @@ kl_check_python() {
     local version
     command -v python3 >/dev/null 2>&1 \
         || kl_die "python3 not found on PATH: install Python 3.10 or newer."
-    version="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" \
-        || kl_die "python3 ($(command -v python3)) does not run: install Python 3.10 or newer."
-    python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' \
-        || kl_die "python3 is $version; Python 3.10 or newer is required."
+    version="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2]); sys.exit(sys.version_info < (3, 10))' 2>/dev/null)" \
+        && return 0
+    [[ -n "$version" ]] || kl_die "python3 ($(command -v python3)) does not run: install Python 3.10 or newer."
+    kl_die "python3 is $version; Python 3.10 or newer is required."
 }
 
 # Spark's launcher runs $JAVA_HOME/bin/java when JAVA_HOME is set, else java from PATH: check that one.
@@ -62,32 +62,26 @@ kl_check_java() {
     fi
 }
 
-# The requirements file and every file it includes with `-r`, one path per line: a changed pin in any of
-# them changes what the file installs.
-kl_requirement_files() {
-    python3 - "$1" <<'PY'
-import os, sys
+# The requirements file and every file it includes with `-r`, one path per line (--files), or the sha256 of
+# them all: a changed pin in any of them changes what the file installs.
+kl_requirements() {
+    python3 - "$@" <<'PY'
+import hashlib, os, sys
 def walk(path, seen):
-    if path in seen:
-        return
-    seen.append(path)
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            words = line.split("#", 1)[0].split()
-            if len(words) == 2 and words[0] in ("-r", "--requirement"):
-                walk(os.path.join(os.path.dirname(path), words[1]), seen)
-seen = []
-walk(sys.argv[1], seen)
-print("\n".join(seen))
+    if path not in seen:
+        seen.append(path)
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                words = line.split("#", 1)[0].split()
+                if len(words) == 2 and words[0] in ("-r", "--requirement"):
+                    walk(os.path.join(os.path.dirname(path), words[1]), seen)
+    return seen
+files = walk(sys.argv[-1], [])
+if sys.argv[1] == "--files":
+    print("\n".join(files))
+else:
+    print(hashlib.sha256(b"".join(open(p, "rb").read() for p in files)).hexdigest())
 PY
-}
-
-kl_requirements_hash() {
-    local files
-    files="$(kl_requirement_files "$1")" || return 1
-    # shellcheck disable=SC2086 # one path per line, none with spaces (the repo's own files)
-    python3 -c 'import hashlib, sys; print(hashlib.sha256(b"".join(open(p, "rb").read() for p in sys.argv[1:])).hexdigest())' \
-        $files
 }
 
 kl_stamp() {
@@ -103,7 +97,7 @@ kl_install_locked() {
         python3 -m venv --clear "$KL_VENV" >&2 \
             || kl_die "could not create $KL_VENV with 'python3 -m venv' (on Debian/Ubuntu: apt-get install python3-venv)."
     fi
-    want="$(kl_requirements_hash "$KL_REQUIREMENTS")" || kl_die "cannot read $KL_REQUIREMENTS"
+    want="$(kl_requirements "$KL_REQUIREMENTS")" || kl_die "cannot read $KL_REQUIREMENTS"
     [[ -f "$(kl_stamp "$KL_REQUIREMENTS")" ]] && have="$(cat "$(kl_stamp "$KL_REQUIREMENTS")")"
     if [[ "$want" == "$have" ]]; then
         return 0
@@ -112,7 +106,7 @@ kl_install_locked() {
     names="$(sed -n 's/^\([A-Za-z0-9][A-Za-z0-9._-]*\).*/\1/p' "$KL_REQUIREMENTS" | paste -sd ' ' -)"
     while IFS= read -r file; do
         [[ "$file" != "$KL_REQUIREMENTS" ]] && names="$names + $(basename "$file")"
-    done < <(kl_requirement_files "$KL_REQUIREMENTS")
+    done < <(kl_requirements --files "$KL_REQUIREMENTS")
     log="$KL_VENV/pip-install.log"
     printf 'kraftlake: installing %s into .venv (%s; first run or changed pins, takes a few minutes; pip output in %s)\n' \
         "$(basename "$KL_REQUIREMENTS")" "$names" "${log#"$KL_ROOT"/}" >&2
@@ -128,8 +122,8 @@ kl_install_locked() {
     fi
     # what a -r pulls in is installed too: its own stamp says so, unless it changed in between
     while IFS= read -r file; do
-        kl_requirements_hash "$file" >"$(kl_stamp "$file")"
-    done < <(kl_requirement_files "$KL_REQUIREMENTS")
+        kl_requirements "$file" >"$(kl_stamp "$file")"
+    done < <(kl_requirements --files "$KL_REQUIREMENTS")
 }
 
 kl_ensure_venv() {
@@ -145,5 +139,5 @@ kl_ensure_venv() {
 }
 
 kl_check_python
-kl_check_java
 kl_ensure_venv
+# kl_check_java: called by the scripts before they start Spark (a job that needs none runs without Java)
