@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     config = config_from_args(args)
-    root = warehouse_root(config, "controller")
+    root = warehouse_root(config)
     ttl_ms = config.get_int("kraftlake.controller.lease.ttl.ms", minimum=1)
     try:
         # the lease first: a second controller is turned away before it starts Spark or touches anything

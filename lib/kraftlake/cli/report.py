@@ -22,7 +22,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
-from kraftlake.cli.runtime import kafka_configs, storage_options
+from kraftlake.cli.launcher import FAILED, UserError
+from kraftlake.cli.runtime import kafka_configs, storage_options, warehouse_root
 from kraftlake.report.html import render
 from kraftlake.metadata.config import Config
 from kraftlake.report.timeline import Timeline, build
@@ -40,7 +41,10 @@ def parse_time(text: str | None) -> int | None:
         return None
     if text.lstrip("-").isdigit():
         return int(text)
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{text!r} is neither an ISO time (2026-01-30T17:24:00Z) nor epoch milliseconds") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return int(moment.timestamp() * 1000)
@@ -94,15 +98,16 @@ def main(argv: list[str] | None = None) -> int:
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     config = config_from_args(args)
-    root = config.get_path("kraftlake.warehouse")
+    root = warehouse_root(config, writes=False)
     out = Path(args.out)
+    if not out.parent.is_dir():
+        raise UserError(f"--out {out}: {out.parent} is not a directory")
     started = time.perf_counter()
     try:
         timeline = write_report(root, out, config, parse_time(args.start), parse_time(args.end), args.topic,
                                 args.title)
     except ValueError as exc:
-        print(f"report: {exc}", file=sys.stderr)
-        return 2
+        raise UserError(str(exc)) from None
     print(f"report: {out} ({timeline.changes:,} partition changes, {len(timeline.brokers)} brokers, "
           f"{len(timeline.moments)} moments) in {time.perf_counter() - started:.1f} s")
     if args.screenshot:
@@ -110,6 +115,6 @@ def main(argv: list[str] | None = None) -> int:
             screenshot(out, Path(args.screenshot), page_height(timeline))
         except (FileNotFoundError, subprocess.SubprocessError) as exc:
             print(f"report: no screenshot: {exc}", file=sys.stderr)
-            return 1
+            return FAILED
         print(f"report: {args.screenshot}")
     return 0
