@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from kraftlake.cli import report as report_job
 from kraftlake.cli import simulate as simulate_job
+from kraftlake.cli.launcher import USAGE, run_job
 from kraftlake.metadata.tables import table_arrow_schema
 from kraftlake.report.html import render
 from kraftlake.report.timeline import (FENCED, HISTORY_COLUMNS, OFFLINE, REASSIGNING, SHUTTING_DOWN, UNDER_MIN_ISR,
@@ -255,7 +256,8 @@ def test_a_simulated_cluster_agrees_with_sql(simulated_warehouse):
 
 
 def test_the_job_refuses_an_empty_warehouse_clearly(tmp_path, capsys):
-    assert report_job.main(["--warehouse", str(tmp_path / "none"), "--out", str(tmp_path / "r.html")]) == 2
+    assert run_job("report", report_job.main, ["--warehouse", str(tmp_path / "none"), "--out", str(tmp_path / "r.html")]) \
+        == USAGE
     assert "ingest a log first" in capsys.readouterr().err
     assert not (tmp_path / "r.html").exists()
 

@@ -19,7 +19,6 @@ import json
 import pyarrow.compute as pc
 
 from kraftlake.cli.config import JSON, add_common_arguments, add_format_argument, config_from_args
-from kraftlake.cli.launcher import UserError
 from kraftlake.cli.runtime import storage_options, warehouse_root
 from kraftlake.raft.describe import LogView, format_replication, format_status, replication, status
 from kraftlake.storage import Warehouse
@@ -66,10 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = config_from_args(args)
     # the tables are read through delta-rs: no Spark session (and no JVM start) for a one-screen answer
-    warehouse = Warehouse(warehouse_root(config, writes=False), engine="delta-rs",
+    warehouse = Warehouse(warehouse_root(config, writes=False, needs_log=True), engine="delta-rs",
                           storage_options=storage_options(config))
-    if not warehouse.exists("metadata_log"):
-        raise UserError(f"no metadata_log in {warehouse.root}: ingest a log first (jobs/ingest.py)")
     states, replicas, log = read_rows(warehouse, "quorum_state"), read_rows(warehouse, "quorum_replicas"), \
         log_view(warehouse)
     if args.status:

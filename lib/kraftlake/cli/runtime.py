@@ -22,24 +22,27 @@ def storage_options(config: Config) -> dict[str, str]:
     return {k[len(STORAGE_PREFIX):]: v for k, v in config.subset(STORAGE_PREFIX).items() if v.strip()}
 
 
-def warehouse_root(config: Config, writes: bool = True) -> str:
+def warehouse_root(config: Config, writes: bool = True, needs_log: bool = False) -> str:
     """The configured warehouse, once it can be used; else ``UserError`` saying what and why, before the job
     starts Spark or writes: a local path must lead to a directory the job may write in (``writes``), an
-    object store must answer (bucket, credentials, endpoint), and the tables must be in a format this
-    release reads (else the migration to make, ``DeltaRsTables.check_format``)."""
+    object store must answer (bucket, credentials, endpoint), the tables must be in a format this release
+    reads (else the migration to make, ``DeltaRsTables.check_format``), and ``metadata_log`` must be there
+    for a job that works on it (``needs_log``)."""
     root = config.get_path("kraftlake.warehouse")
     tables = DeltaRsTables(root, storage_options(config))
     if is_local(tables.root):
         _check_local(tables.root, writes)
     try:
         tables.check_format()
-        tables.exists("metadata_log")  # the store itself answers (a listing finds no missing bucket)
+        has_log = tables.exists("metadata_log")  # the store itself answers (a listing finds no missing bucket)
     except FormatError as exc:
         raise UserError(str(exc)) from None
     except Exception as exc:
         if not is_storage_error(exc):
             raise
         raise UserError(f"cannot use the warehouse {root}: {error_line(exc)}") from None
+    if needs_log and not has_log:
+        raise UserError(f"no metadata_log in {tables.root}: ingest a log first (jobs/ingest.py)")
     return root
 
 
