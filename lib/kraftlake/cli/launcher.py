@@ -2,15 +2,14 @@
 
 ``spark-submit.sh`` asks ``python -m kraftlake.cli.launcher JOB ARGS...`` whether the job needs Spark:
 the jobs that read and write only through delta-rs (``NO_SPARK``) are run by the venv's python straight
-away, without the second or more a JVM costs to start (dump of a segment: 2.5 s through spark-submit,
-0.5 s without).
+away, without the seconds a JVM costs to start.
 
 For the others Spark's launcher starts the Python driver with its stderr merged into its stdout, which
 the JVM copies to its own stdout, so a job's messages would land in the middle of its data. The launcher
 therefore hands the driver a FIFO (``STDERR_FIFO``) read into the launcher's own stderr, and the JVM's pid
-(``LAUNCHER_PID``): ``run_job``, which every ``jobs/X.py`` calls, points the driver's stderr at the FIFO and asks the kernel for SIGTERM when
-the process that started the driver dies, so a SIGTERM to the launcher leaves no driver behind (a
-follower stops between polls, as it does on its own SIGTERM). Without either variable (a plain
+(``LAUNCHER_PID``). ``run_job``, which every ``jobs/X.py`` calls, points the driver's stderr at the FIFO
+and has the driver sent SIGTERM when its parent, the JVM, is gone, so a SIGTERM to the launcher leaves no
+driver behind (a follower stops between polls, as on its own SIGTERM). Without either variable (a plain
 ``python jobs/X.py``, a test calling ``main``, cluster deploy mode) nothing changes.
 
 ``run_job`` also turns a user's mistake into one line on stderr and an exit code instead of a traceback:
@@ -26,6 +25,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 from typing import Callable, Sequence
 
@@ -88,6 +88,7 @@ def _fail(name: str, message: str, code: int) -> int:
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 S3_ERROR = re.compile(r"<Code>([^<]*)</Code>\s*<Message>([^<]*)</Message>")
+INSTANCE_METADATA = "169.254.169.254"  # where AWS clients ask for an instance's credentials
 RUST_IO_ERROR = re.compile(r'Error: Os \{ code: \d+, kind: \w+, message: "([^"]*)" \}')
 
 
@@ -109,9 +110,9 @@ def error_line(exc: BaseException) -> str:
     line = ": ".join(causes) or type(exc).__name__
     if s3:
         line = f"{causes[0]}: {s3.group(1)}: {s3.group(2)}"
-    if "credentials" in text:
-        line += (" (set kraftlake.storage.aws_access_key_id and aws_secret_access_key, or AWS_* in the "
-                 "environment: docs/deployment.md)")
+    if "credentials" in text or INSTANCE_METADATA in text:  # no keys given: the instance's were asked for
+        line += (" (no credentials found: set kraftlake.storage.aws_access_key_id and aws_secret_access_key, or "
+                 "AWS_* in the environment: docs/deployment.md)")
     return line
 
 
@@ -127,18 +128,28 @@ def _adopt_launcher(name: str) -> None:
 
 
 def _die_with_parent(name: str, launcher: int) -> None:
+    """SIGTERM to this process when its parent (the JVM) is gone: asked of the kernel (Linux), and watched
+    for once a second by a thread as well (other systems, and any case the kernel's signal misses)."""
+    parent = os.getppid()
     try:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the driver may outlive a killed launcher, as before
-        return
+    except (OSError, AttributeError):  # not Linux: the watcher alone
+        pass
     try:
         os.kill(launcher, 0)
-    except ProcessLookupError:  # it died before the kernel was asked: nobody is left to ask for the work
+    except ProcessLookupError:  # it died before anything was asked: nobody is left to ask for the work
         raise SystemExit(f"{name}: the launcher (pid {launcher}) is gone; not starting") from None
     except PermissionError:
         pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="kraftlake-parent-watch", daemon=True).start()
 
 
 def _stderr_into(fifo: str) -> None:
