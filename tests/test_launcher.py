@@ -294,6 +294,9 @@ def test_an_object_store_error_in_one_line() -> None:
     assert error_line(s3) == "Generic S3 error: NoSuchBucket: The specified bucket does not exist"
     refused = OSError("Generic S3 error\n  \x1b[31m↳\x1b[0m tcp connect error\n  \x1b[31m↳\x1b[0m Connection refused")
     assert error_line(refused) == "Generic S3 error: tcp connect error: Connection refused"
+    damaged = TableNotFoundError("Kernel error: Json error: Encountered unexpected 'g' whilst parsing object\n"
+                                 "   0: <unknown>\n  12: start_thread\n             at ./nptl/pthread_create.c:442:8\n")
+    assert error_line(damaged) == "Kernel error: Json error: Encountered unexpected 'g' whilst parsing object"
 
 
 # --- the driver under Spark's launcher: where its stderr goes, when its launcher is gone ---------------

@@ -88,6 +88,7 @@ def _fail(name: str, message: str, code: int) -> int:
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 S3_ERROR = re.compile(r"<Code>([^<]*)</Code>\s*<Message>([^<]*)</Message>")
+BACKTRACE = re.compile(r"^(\d+: |at )")  # the frames of a Rust backtrace that delta-rs appends
 INSTANCE_METADATA = "169.254.169.254"  # where AWS clients ask for an instance's credentials
 RUST_IO_ERROR = re.compile(r'Error: Os \{ code: \d+, kind: \w+, message: "([^"]*)" \}')
 
@@ -106,7 +107,7 @@ def error_line(exc: BaseException) -> str:
     text = RUST_IO_ERROR.sub(r"\1", ANSI.sub("", str(exc)))
     s3 = S3_ERROR.search(text)
     causes = [c.strip(" ↳\t") for c in text.splitlines()]
-    causes = [c for c in causes if c and not c.startswith("<")]
+    causes = [c for c in causes if c and not c.startswith("<") and not BACKTRACE.match(c)]
     line = ": ".join(causes) or type(exc).__name__
     if s3:
         line = f"{causes[0]}: {s3.group(1)}: {s3.group(2)}"
