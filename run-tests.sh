@@ -10,7 +10,8 @@
 set -euo pipefail
 
 # shellcheck source=scripts/venv.sh
-source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/scripts/venv.sh"
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/scripts/venv.sh" requirements-test.txt
+kl_check_java
 cd "$KL_ROOT"
 
 # lib/ for the library; the root for benchmarks/ (the suite tests/test_bench.py runs)

@@ -1,8 +1,9 @@
 """Packaging for kraftlake.
 
-The pins live in requirements.txt only (the entry scripts install exactly those into .venv);
-this file derives install_requires from it, minus what only the tests and reports need, so a
-`pip install .` on a cluster image does not drag in pytest or matplotlib.
+The product's pins live in requirements.txt only (spark-submit.sh installs exactly those into .venv;
+the tests' own are in requirements-test.txt). install_requires is derived from it minus the benchmark
+chart's matplotlib (the extra ``bench``), so a `pip install .` on a cluster image installs what the
+jobs run on.
 """
 
 import re
@@ -13,20 +14,21 @@ from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
-TEST_ONLY = {"pytest", "chispa", "hypothesis", "matplotlib"}
+BENCH_ONLY = {"matplotlib"}
 
 
 def _requirement_name(line: str) -> str:
     return re.split(r"[\s<>=!~;\[@]", line, maxsplit=1)[0].strip().lower().replace("_", "-")
 
 
-def runtime_requirements() -> list[str]:
-    requirements = []
+def requirements(bench: bool) -> list[str]:
+    """requirements.txt's pins: the benchmark's alone (``bench``) or all the others."""
+    pins = []
     for raw in (HERE / "requirements.txt").read_text(encoding="utf-8").splitlines():
         line = raw.split("#", 1)[0].strip()
-        if line and _requirement_name(line) not in TEST_ONLY:
-            requirements.append(line)
-    return requirements
+        if line and (_requirement_name(line) in BENCH_ONLY) == bench:
+            pins.append(line)
+    return pins
 
 
 class BuildWithSchemas(build_py):
@@ -55,6 +57,7 @@ setup(
     package_data={"kraftlake": ["*.properties"]},
     include_package_data=True,
     python_requires=">=3.10",
-    install_requires=runtime_requirements(),
+    install_requires=requirements(bench=False),
+    extras_require={"bench": requirements(bench=True)},
     cmdclass={"build_py": BuildWithSchemas},
 )

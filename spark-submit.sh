@@ -8,28 +8,32 @@
 # Options before the job go to spark-submit unchanged. Added for you: --master local[*] (unless
 # you chose a master), --py-files build/kraftlake-<content hash>.zip (merged with yours), PYSPARK_PYTHON /
 # PYSPARK_DRIVER_PYTHON = the venv's python (unless set), PYTHONPATH += lib, and a WARN-level
-# conf/log4j2.properties (unless you pass driver Java options yourself).
+# conf/log4j2.properties (unless you pass driver Java options yourself). Jobs that need no Spark (dump,
+# check, report, quorum, ingest, simulate; any job's --help) run on that python directly, without a JVM
+# (KRAFTLAKE_SPARK_SUBMIT=always: through spark-submit anyway). Data on stdout, messages on stderr.
 set -euo pipefail
 
 # shellcheck source=scripts/venv.sh
-source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/scripts/venv.sh"
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/scripts/venv.sh" requirements.txt
 
-# The JVM side must be the Spark that matches the venv's pyspark, whatever SPARK_HOME says.
-spark_home="$("$KL_PY" -c 'import importlib.util, os; print(os.path.dirname(importlib.util.find_spec("pyspark").origin))')" \
-    || { echo "spark-submit.sh: pyspark is not importable from $KL_VENV" >&2; exit 1; }
-if [[ -n "${SPARK_HOME:-}" && "$SPARK_HOME" != "$spark_home" ]]; then
-    echo "spark-submit.sh: ignoring SPARK_HOME=$SPARK_HOME; using the pinned Spark in .venv" >&2
-fi
-export SPARK_HOME="$spark_home"
+# Before Spark starts: Java, and the JVM side must be the Spark that matches the venv's pyspark, whatever
+# SPARK_HOME says.
+use_pinned_spark() {
+    local spark_home
+    kl_check_java
+    spark_home="$("$KL_PY" -c 'import importlib.util, os; print(os.path.dirname(importlib.util.find_spec("pyspark").origin))')" \
+        || { echo "spark-submit.sh: pyspark is not importable from $KL_VENV" >&2; exit 1; }
+    if [[ -n "${SPARK_HOME:-}" && "$SPARK_HOME" != "$spark_home" ]]; then
+        echo "spark-submit.sh: ignoring SPARK_HOME=$SPARK_HOME; using the pinned Spark in .venv" >&2
+    fi
+    export SPARK_HOME="$spark_home"
+}
 export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$KL_PY}"
 export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$KL_PY}"
 export PYTHONPATH="$KL_ROOT/lib${PYTHONPATH:+:$PYTHONPATH}"
-# Spark hands the driver's stderr to the JVM, which prints it on this stdout: progress lines (auto mode)
-# are shown when that is a terminal.
-if [[ -t 1 ]]; then export KRAFTLAKE_PROGRESS_TERMINAL=1; else unset KRAFTLAKE_PROGRESS_TERMINAL; fi
 
 usage() {
-    sed -n '2,11s/^# \{0,1\}//p' "$KL_ROOT/spark-submit.sh" >&2
+    sed -n '2,13s/^# \{0,1\}//p' "$KL_ROOT/spark-submit.sh" >&2
     exit 2
 }
 
@@ -97,7 +101,7 @@ done
 if [[ -z "$job" ]]; then
     # `./spark-submit.sh --version` / `--help` are still useful without a job.
     for o in "${spark_opts[@]+"${spark_opts[@]}"}"; do
-        case "$o" in --version|--help|-h) exec "$KL_VENV/bin/spark-submit" "${spark_opts[@]}" ;; esac
+        case "$o" in --version|--help|-h) use_pinned_spark; exec "$KL_VENV/bin/spark-submit" "${spark_opts[@]}" ;; esac
     done
     echo "spark-submit.sh: no job given" >&2
     usage
@@ -107,6 +111,21 @@ if [[ "$job" != *.py ]]; then
     usage
 fi
 [[ -f "$job" ]] || { echo "spark-submit.sh: job file not found: $job" >&2; exit 2; }
+
+# A job of this repository that needs no Spark here (kraftlake.cli.launcher says which) runs on the venv's
+# python straight away: no JVM to start. In cluster deploy mode the driver is wanted on the cluster.
+job_name="$(basename "$job" .py)"
+if [[ "$(realpath -- "$job")" == "$(realpath -m -- "$KL_ROOT/jobs/$job_name.py")" ]] && ! $cluster_mode \
+        && [[ "${KRAFTLAKE_SPARK_SUBMIT:-}" != always ]] \
+        && [[ "$("$KL_PY" -m kraftlake.cli.launcher "$job_name" "$@" 2>/dev/null)" == python ]]; then
+    if (( ${#spark_opts[@]} + ${#user_py_files[@]} > 0 )); then
+        echo "spark-submit.sh: $job needs no Spark: running it on the venv's python, without the spark-submit options" >&2
+    fi
+    unset KRAFTLAKE_PROGRESS_TERMINAL  # its stderr is this script's: the job sees for itself whether it is a terminal
+    exec "$PYSPARK_DRIVER_PYTHON" "$job" "$@"
+fi
+
+use_pinned_spark
 
 # Ship the library to executors: a zip built every run (cheap) and named by its content. A running
 # job keeps reading its zip (Python's zipimport reads it again for every module it imports), so a run
@@ -154,5 +173,30 @@ if ! $have_java_opts && ! $cluster_mode; then
     # Driver logging only: in cluster mode the driver runs elsewhere and this file is not there.
     extra+=(--driver-java-options "-Dlog4j2.configurationFile=file:$KL_ROOT/conf/log4j2.properties")
 fi
+
+# Spark starts the Python driver with its stderr merged into its stdout (PythonRunner), copied to the
+# JVM's stdout, and Java closes every other descriptor in the processes it starts: the job's messages
+# would land in the middle of its data. So the driver gets a FIFO by its path (KRAFTLAKE_STDERR_FIFO),
+# read into this script's stderr; kraftlake.cli.launcher points the driver's stderr at it. The JVM holds
+# it open for writing on fd 3, so its reader lives as long as the JVM and the driver, whichever ends last,
+# then removes it. Without mkfifo, or in cluster deploy mode (the driver runs elsewhere), the driver's
+# stderr goes where Spark sends it, as before.
+progress_fd=1
+if ! $cluster_mode && command -v mkfifo >/dev/null 2>&1 \
+        && fifo_dir="$(mktemp -d "${TMPDIR:-/tmp}/kraftlake-stderr.XXXXXX" 2>/dev/null)"; then
+    if mkfifo -m 600 "$fifo_dir/stderr" 2>/dev/null; then
+        exec 4<>"$fifo_dir/stderr"  # a reader and a writer of our own while both sides open: no open waits
+        { exec 4<&-; cat "$fifo_dir/stderr" >&2; rm -rf "$fifo_dir"; } </dev/null >/dev/null &
+        exec 3>"$fifo_dir/stderr" 4<&-
+        export KRAFTLAKE_STDERR_FIFO="$fifo_dir/stderr"
+        progress_fd=2
+    else
+        rm -rf "$fifo_dir"
+    fi
+fi
+# Progress lines (kraftlake.progress=auto) when the driver's stderr ends on a terminal.
+if [[ -t $progress_fd ]]; then export KRAFTLAKE_PROGRESS_TERMINAL=1; else unset KRAFTLAKE_PROGRESS_TERMINAL; fi
+# The driver asks for SIGTERM when its parent, the JVM, dies: the JVM is this process once exec'd.
+export KRAFTLAKE_LAUNCHER_PID=$$
 
 exec "$KL_VENV/bin/spark-submit" "${spark_opts[@]+"${spark_opts[@]}"}" "${extra[@]}" "$job" "$@"

@@ -9,9 +9,11 @@
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root, where benchmarks/ is
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "lib")]  # benchmarks/ and the library, without PYTHONPATH
 
 from benchmarks.suite import main  # noqa: E402
+from kraftlake.cli.launcher import run_job  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_job("bench", main))

@@ -5,8 +5,12 @@ spark-submit runs.
 """
 
 import sys
+from pathlib import Path
 
-from kraftlake.cli.controller import main
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lib"))  # `python jobs/controller.py` needs no PYTHONPATH
+
+from kraftlake.cli.controller import main  # noqa: E402
+from kraftlake.cli.launcher import run_job  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_job("controller", main))

@@ -145,12 +145,15 @@ JOBS = sorted((REPO / "jobs").glob("*.py"))
 @pytest.mark.parametrize("job", JOBS, ids=lambda p: p.name)
 def test_a_job_only_calls_the_library(job: Path) -> None:
     """Options and logic live in the library (``kraftlake.cli.<job>``, ``benchmarks``), where tests reach
-    them; a job file is what spark-submit runs, so no job can grow logic another job or a test needs."""
+    them; a job file is what spark-submit runs, so no job can grow logic another job or a test needs. Every
+    job runs its main through ``kraftlake.cli.launcher.run_job``."""
     wanted = "benchmarks.suite" if job.stem == "bench" else f"kraftlake.cli.{job.stem}"
     tree = ast.parse(job.read_text())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names} | \
                {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported - {"sys", "pathlib"} == {wanted}
+    assert imported - {"sys", "pathlib"} == {wanted, "kraftlake.cli.launcher"}
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "run_job"]
+    assert [c.args[0].value for c in calls] == [job.stem], f"{job.name} must call run_job({job.stem!r}, main)"
     functions = [n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
     assert functions == [], f"{job.name} defines {functions}: that belongs in {wanted}"
 

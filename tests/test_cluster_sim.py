@@ -19,6 +19,7 @@ from kraftlake.storage import Warehouse
 from kraftlake.storage.tables import rows_to_events
 
 from kraftlake.cli import simulate as simulate_job
+from kraftlake.cli.launcher import USAGE, run_job
 
 CONFIG = {"broker.session.timeout.ms": "9000", "broker.heartbeat.interval.ms": "2000"}
 # A busier cluster than the defaults (more crashes and rolling restarts), so that a short log has them.
@@ -168,4 +169,4 @@ def test_simulate_job_writes_through_ingest(spark, tmp_path):
         (e["offset"], e["timestamp"], e["type"]) for e in expected]
     assert not list((warehouse / "_simulate").glob("*.jsonl"))  # chunks removed once ingested
     # a second run into the same warehouse is refused rather than appending a second cluster
-    assert simulate_job.main(["--warehouse", str(warehouse), "--events", "10", "--engine", "delta-rs"]) == 2
+    assert run_job("simulate", simulate_job.main, ["--warehouse", str(warehouse), "--events", "10"]) == USAGE

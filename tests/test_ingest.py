@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 from kraftlake.cli import dump as dump_job
 from kraftlake.cli import ingest as ingest_job
 from kraftlake.cli import sql as sql_job
+from kraftlake.cli.launcher import USAGE, run_job
 
 SHUTDOWN = "single-broker-shutdown/__cluster_metadata-0"
 RESTARTS = "single-broker-restarts/__cluster_metadata-0"
@@ -271,7 +272,7 @@ def test_ingest_job_summary_and_strict_exit_code(fixtures_dir, tmp_path, capsys)
     assert "an event must be a JSON object" in capsys.readouterr().err
     # A source failing under the Delta writer is said in its own words, not as the writer's error.
     cluster_dir = (fixtures_dir / RESTARTS).parent
-    assert ingest_job.main(["--warehouse", warehouse, "--engine", "delta-rs", str(cluster_dir)]) == 2
+    assert run_job("ingest", ingest_job.main, ["--warehouse", warehouse, str(cluster_dir)]) == USAGE
     err = capsys.readouterr().err
     assert err.startswith("ingest: ") and "DeltaError" not in err
     assert f"partition directory is {cluster_dir / '__cluster_metadata-0'}" in err

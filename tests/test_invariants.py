@@ -18,6 +18,7 @@ from kraftlake.controller.invariants import (CONTROLLED_SHUTDOWN, FENCED, INELIG
     UNREGISTERED_REPLICA_ADDED_TO_ISR, InvariantChecker, check_events)
 from kraftlake.cli import check as check_job
 from kraftlake.cli.check import check_warehouse, warehouse_events
+from kraftlake.cli.launcher import UserError, run_job
 from kraftlake.metadata.tables import metadata_log_schema
 from kraftlake.metadata.schemas import registry
 from kraftlake.storage.deltars import DeltaRsTables
@@ -262,7 +263,7 @@ def test_the_streaming_jobs_controller_log_is_ordered_by_shard_then_seq(tmp_path
 
 
 def test_a_warehouse_without_controller_log_or_without_a_log(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no metadata_log"):
+    with pytest.raises(UserError, match="no metadata_log table in .*: ingest a log first"):
         check_warehouse(str(tmp_path / "nothing"))
     tables = DeltaRsTables(str(tmp_path / "w"))
     tables.create_if_missing("metadata_log", metadata_log_schema())
@@ -341,5 +342,6 @@ def test_the_job_json_output(broken_warehouse, capsys):
 
 
 def test_the_job_without_a_log(tmp_path, capsys):
-    assert check_job.main(["--warehouse", str(tmp_path / "empty")]) == 2
-    assert "no metadata_log table in" in capsys.readouterr().err
+    assert run_job("check", check_job.main, ["--warehouse", str(tmp_path / "empty")]) == 2
+    assert capsys.readouterr().err == f"check: no metadata_log table in {tmp_path / 'empty'}: ingest a log first " \
+                                      "(jobs/ingest.py)\n"

@@ -18,6 +18,7 @@ import pytest
 
 from kraftlake.cli import controller as controller_job
 from kraftlake.cli import quickstart
+from kraftlake.metadata.tables import metadata_log_schema
 from kraftlake.storage import DeltaRsTables, Warehouse
 from streaming_helpers import (REPO_ROOT, assert_same_tables, committed_batches, controller_command, controller_env,
                                generate_log, ingest_jsonl, kill_controller_when, logged_events, reference_tables,
@@ -48,7 +49,9 @@ def test_quickstart_with_the_warehouse_on_s3(s3_server, spark, tmp_path: Path) -
 def test_s3a_checkpoints_without_hadoop_aws_are_refused_with_the_remedy(s3_server, spark, tmp_path: Path,  # noqa: ANN001
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     conf = s3_server.conf_file(tmp_path / "s3.properties")
-    code = controller_job.main(["--warehouse", f"s3://{s3_server.bucket()}/w", "--conf-file", str(conf), "--once"])
+    root = f"s3://{s3_server.bucket()}/w"
+    DeltaRsTables(root, s3_server.storage_options()).create_if_missing("metadata_log", metadata_log_schema())
+    code = controller_job.main(["--warehouse", root, "--conf-file", str(conf), "--once"])
     assert code == 1
     error = capsys.readouterr().err
     assert "s3a://" in error and "hadoop-aws" in error and "kraftlake.checkpoints" in error

@@ -121,11 +121,14 @@ def test_ingest_reports_bytes_of_the_log_read(fixtures_dir, tmp_path):
 
 
 class FakeLog:
-    def __init__(self, end: int, times: dict[int, int]) -> None:
-        self.end, self.times = end, times
+    def __init__(self, end: int, times: dict[int, int], start: int = 0) -> None:
+        self.end, self.times, self.start = end, times, start
 
     def end_offset(self) -> int:
         return self.end
+
+    def start_offset(self) -> int:
+        return self.start if self.end >= 0 else -1
 
     def timestamp_ms(self, offset: int) -> int | None:
         return self.times.get(offset)
@@ -177,6 +180,25 @@ def test_the_continuous_controller_says_how_far_behind_the_log_end_it_is():
     ]
 
 
+def test_a_log_that_begins_at_a_snapshot_is_counted_from_its_first_offset():
+    """single-broker-snapshot ingested from its snapshot holds offsets 7,144..7,706: the 7,144 offsets below
+    are not in the table, so they are neither work to do nor a backlog."""
+    clock, out = Clock(), io.StringIO()
+    log = FakeLog(7_706, {}, start=7_144)
+    progress = LogProgress(log, Meter("controller", "offsets", every=0, out=out, clock=clock), once=False,
+                           status_every=30, clock=clock)
+    progress(None)
+    clock.now += 1
+    progress(_progress(0, None, 7_399, 256))
+    clock.now += 30
+    progress(None)
+    assert out.getvalue().splitlines() == [
+        "[controller] starting: metadata_log holds offsets 7,144..7,706, waiting for the first micro-batch",
+        "[controller] 256 of 563 offsets (45%), 256 offsets/s, ETA 0:01, elapsed 0:01, batch 0",
+        "[controller] 307 offsets behind the log's end (offset 7,706; done through 7,399, batch 0)",
+    ]
+
+
 def test_the_log_end_comes_from_the_table(fixtures_dir, tmp_path):
     log = fixtures_dir / "single-broker-shutdown" / "__cluster_metadata-0"
     tables = DeltaRsTables(str(tmp_path / "w"))
@@ -187,6 +209,12 @@ def test_the_log_end_comes_from_the_table(fixtures_dir, tmp_path):
     assert end.timestamp_ms(4_928) == records[4_928] and end.timestamp_ms(17) == records[17]
     assert end.timestamp_ms(10**9) is None
     assert MetadataLogEnd(DeltaRsTables(str(tmp_path / "empty"))).end_offset() == -1
+    assert end.start_offset() == min(records) == 0
+    snapshot = DeltaRsTables(str(tmp_path / "snapshot"))
+    ingest_source(snapshot, str(fixtures_dir / "single-broker-snapshot" / "__cluster_metadata-0"))
+    offsets = snapshot.read_arrow("metadata_log", columns=["offset"])["offset"].to_pylist()
+    assert MetadataLogEnd(snapshot).start_offset() == min(offsets) > 0
+    assert MetadataLogEnd(DeltaRsTables(str(tmp_path / "empty"))).start_offset() == -1
 
 
 def test_a_running_controller_prints_its_status_line(spark, fixtures_dir, tmp_path):

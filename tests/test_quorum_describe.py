@@ -74,7 +74,7 @@ def test_a_real_log_without_traffic_is_described_from_its_records(fixtures_dir, 
     missing = subprocess.run([sys.executable, "jobs/quorum.py", "--warehouse", str(tmp_path / "none"), "describe",
                               "--replication"], cwd=REPO_ROOT, env=controller_env(), capture_output=True, text=True,
                              timeout=120)
-    assert missing.returncode == 1 and "ingest a log first" in missing.stderr
+    assert missing.returncode == 2 and "ingest a log first" in missing.stderr
 
 
 def test_quorum_files_beside_a_log_are_stored_and_a_bad_one_is_rejected(fixtures_dir, tmp_path):

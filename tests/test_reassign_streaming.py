@@ -29,6 +29,7 @@ from reassign_scenarios import cluster, list_reassignments, reassign
 
 from kraftlake.cli import controller as controller_job
 from kraftlake.cli import reassign as reassign_job
+from kraftlake.cli.launcher import run_job
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 START_MS = 1_763_590_000_000
@@ -312,7 +313,7 @@ def test_the_reassign_tool_end_to_end(spark: SparkSession, tmp_path: Path,
 
     def tool(*args: str) -> tuple[int, str]:
         capsys.readouterr()
-        code = reassign_job.main([*args, "--warehouse", str(root)])
+        code = run_job("reassign", reassign_job.main, [*args, "--warehouse", str(root)])
         return code, capsys.readouterr().out
 
     def plan(name: str, partitions: list[dict]) -> str:

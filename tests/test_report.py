@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 
 from kraftlake.cli import report as report_job
 from kraftlake.cli import simulate as simulate_job
+from kraftlake.cli.launcher import USAGE, run_job
 from kraftlake.metadata.tables import metadata_log_schema, table_arrow_schema
 from kraftlake.report.html import PLOT, render
 from kraftlake.report.timeline import (FENCED, HISTORY_COLUMNS, OFFLINE, QUIET_MS, REASSIGNING, REGISTERED,
@@ -411,7 +412,8 @@ def test_every_incident_of_the_three_brokers_restarts_is_visible_and_counted_as_
 
 
 def test_the_job_refuses_an_empty_warehouse_clearly(tmp_path, capsys):
-    assert report_job.main(["--warehouse", str(tmp_path / "none"), "--out", str(tmp_path / "r.html")]) == 2
+    assert run_job("report", report_job.main, ["--warehouse", str(tmp_path / "none"), "--out", str(tmp_path / "r.html")]) \
+        == USAGE
     assert "ingest a log first" in capsys.readouterr().err
     assert not (tmp_path / "r.html").exists()
 
@@ -420,7 +422,7 @@ def test_the_job_refuses_a_log_the_controller_has_not_replayed_naming_the_job(fi
     root = str(tmp_path / "warehouse")
     ingest_source(Warehouse(root, engine="delta-rs"), str(fixtures_dir / "single-broker-shutdown" /
                                                           "__cluster_metadata-0"))
-    assert report_job.main(["--warehouse", root, "--out", str(tmp_path / "r.html")]) == 2
+    assert run_job("report", report_job.main, ["--warehouse", root, "--out", str(tmp_path / "r.html")]) == USAGE
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "partition_history" in err and "controller_log" in err
     assert f"jobs/controller.py --warehouse {root} --once" in err

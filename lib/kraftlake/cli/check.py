@@ -1,13 +1,13 @@
 """Check the KIP-841 invariants at every offset of the warehouse's log (exit code 1 on any violation).
 
-    ./spark-submit.sh jobs/check.py --warehouse W [--format table|json]
+    ./spark-submit.sh jobs/check.py --warehouse W [--format text|json]
 
 Replays `metadata_log`, with the records of `controller_log` (when it exists) right after the events
 that caused them, through the pure core, and reports every partition change that elects a fenced, shutting
 down or unregistered broker, adds one to an ISR, or leaves a leader outside its ISR. Table output ends
 with a summary line; with --format json, stdout holds only the violations (one JSON object per line) and
 the summary goes to stderr. No Spark session is needed: the tables are read through delta-rs, whatever
-the engine that wrote them.
+the engine that wrote them. Exit code 1 when anything is found, 2 when there is nothing to check.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ import sys
 from collections.abc import Iterator
 from datetime import datetime, timezone
 
-from kraftlake.cli.config import add_common_arguments, config_from_args
+from kraftlake.cli.config import JSON, add_common_arguments, add_format_argument, config_from_args
+from kraftlake.cli.launcher import FAILED, UserError
 from kraftlake.cli.output import json_line, print_table
+from kraftlake.cli.runtime import storage_options, warehouse_root
 from kraftlake.controller.invariants import (CONTROLLER_LOG, METADATA_LOG, InvariantChecker, Violation, check_events,
                                              controller_order, merge_logs)
-from kraftlake.storage.deltars import DeltaRsTables, read_range, split_range
+from kraftlake.storage.deltars import DeltaRsTables, StorageOptions, read_range, split_range
 from kraftlake.storage.tables import rows_to_events
 
 COLUMNS = ("offset", "timestamp", "topic", "partition", "kind", "broker", "broker_state", "event_type",
@@ -58,15 +60,15 @@ def summary(checker: InvariantChecker, violations: int) -> str:
     return line
 
 
-def warehouse_events(root: str, chunk_rows: int = 100_000) -> Iterator[dict]:
+def warehouse_events(root: str, chunk_rows: int = 100_000, storage_options: StorageOptions = None) -> Iterator[dict]:
     """The warehouse's log (and ``controller_log`` when it exists) in replay order, read chunk by chunk.
 
     Chunks follow the Delta files (their offset ranges come from the log's statistics), so memory is
     bounded by about ``chunk_rows`` rows or one data file, whichever is larger, not by the log.
     """
-    tables = DeltaRsTables(root)
+    tables = DeltaRsTables(root, storage_options)
     if not tables.exists(METADATA_LOG):
-        raise FileNotFoundError(f"no {METADATA_LOG} table in {tables.root}")
+        raise UserError(f"no {METADATA_LOG} table in {tables.root}: ingest a log first (jobs/ingest.py)")
     log = tables.table(METADATA_LOG)
     ends = [tables.max_value(METADATA_LOG, "offset")]
     controller = tables.table(CONTROLLER_LOG) if tables.exists(CONTROLLER_LOG) else None
@@ -93,26 +95,21 @@ def check_warehouse(root: str) -> list[Violation]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--format", choices=("table", "json"), default="table")
+    add_format_argument(parser, "the violations")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
-    root = config_from_args(args).get_path("kraftlake.warehouse")
+    config = config_from_args(args)
     checker = InvariantChecker()
     found: list[Violation] = []
-    try:
-        for event in warehouse_events(root):
-            for violation in checker.check(event):
-                if args.format == "json":
-                    print(json_line(violation.to_dict()), flush=True)
-                found.append(violation)
-    except FileNotFoundError as exc:
-        print(f"check: {exc}", file=sys.stderr)
-        return 2
-    if args.format == "json":
+    for event in warehouse_events(warehouse_root(config, writes=False), storage_options=storage_options(config)):
+        for violation in checker.check(event):
+            if args.format == JSON:
+                print(json_line(violation.to_dict()), flush=True)
+            found.append(violation)
+    if args.format == JSON:
         print(summary(checker, len(found)), file=sys.stderr)
     else:
         if found:
             print_table(COLUMNS, [_row(v) for v in found])
         print(summary(checker, len(found)))
-    return 1 if found else 0
-
+    return FAILED if found else 0

@@ -7,7 +7,9 @@ import argparse
 from kraftlake.metadata.config import ENGINES, Config, load_layers, parse_override
 from kraftlake.metadata.progress import ALWAYS, NEVER
 
-__all__ = ["add_common_arguments", "config_from_args"]
+__all__ = ["TEXT", "JSON", "add_common_arguments", "add_format_argument", "config_from_args"]
+
+TEXT, JSON = "text", "json"
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -28,6 +30,13 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     group.add_argument("--no-progress", dest="progress", action="store_const", const=NEVER,
                        help="no progress lines (kraftlake.progress=never)")
     return parser
+
+
+def add_format_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--format {text,json}``: the same two words in every job that has both (``table``, the older name of
+    ``text`` in some jobs, is still taken)."""
+    parser.add_argument("--format", choices=(TEXT, JSON), default=TEXT, type=lambda v: TEXT if v == "table" else v,
+                        help=f"{what}: text for people (default), json for programs (one object per line)")
 
 
 def config_from_args(args: argparse.Namespace) -> Config:

@@ -21,6 +21,7 @@ import argparse
 import sys
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
+from kraftlake.cli.launcher import UserError
 from kraftlake.cli.runtime import (checkpoint_location, kafka_configs, meter, open_warehouse, storage_options,
                                    warehouse_root)
 from kraftlake.metadata.progress import NEVER
@@ -41,8 +42,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="delete the checkpoint and the derived tables first, and replay from offset 0")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
+    if args.shards is not None and args.shards < 1:
+        raise UserError(f"--shards {args.shards}: a controller has at least one shard")
     config = config_from_args(args)
-    root = warehouse_root(config, "controller")
+    root = warehouse_root(config, needs_log=True)
     ttl_ms = config.get_int("kraftlake.controller.lease.ttl.ms", minimum=1)
     try:
         # the lease first: a second controller is turned away before it starts Spark or touches anything

@@ -15,11 +15,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from kraftlake.cli.launcher import FAILED, PATH_ERRORS, UserError, error_line
 from kraftlake.cli.output import json_line
 from kraftlake.codec.messages import as_written
 from kraftlake.metadata.rejections import Rejection
 from kraftlake.metadata.schemas import registry
-from kraftlake.storage.ingest import detect_kind, read_source
+from kraftlake.storage.ingest import StrictModeError, detect_kind, read_source
 
 FIELDS = ("offset", "leader_epoch", "timestamp", "type", "version", "data")
 
@@ -32,29 +33,46 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strict", action="store_true", help="stop at the first damaged part (exit 1)")
     args = parser.parse_args(argv)
     damaged = 0
-    try:
-        for name in args.paths:
-            path = Path(name)
-            if not path.exists():
-                print(f"dump: {name}: no such file or directory", file=sys.stderr)
-                return 2
-            for item in read_source(path, detect_kind(path), args.full_history):
-                if isinstance(item, Rejection):
-                    damaged += 1
-                    print(f"dump: rejected: {item.describe()}", file=sys.stderr)
-                    if args.strict:
-                        return 1
-                    continue
-                print(json_line(_as_dumped(item)))
-    except BrokenPipeError:  # `| head` closed the pipe: not an error
-        sys.stderr.close()
-        return 0
-    except (OSError, ValueError) as exc:
-        print(f"dump: {exc}", file=sys.stderr)
-        return 2
+    for name in args.paths:
+        path = Path(name)
+        if not path.exists():
+            raise UserError(f"{name}: no such file or directory")
+        try:
+            damaged += dump(path, args.full_history, args.strict)
+        except (ValueError, *PATH_ERRORS) as exc:
+            raise UserError(error_line(exc)) from None
+        except StrictModeError as exc:
+            print(f"dump: {exc}", file=sys.stderr)
+            return FAILED
     if damaged:
         print(f"dump: {damaged} damaged part(s) skipped; see the messages above", file=sys.stderr)
     return 0
+
+
+def dump(path: Path, full_history: bool, strict: bool) -> int:
+    """Print ``path``'s records; the number of damaged parts. Damage is reported from the first record on
+    (what came before it, then as it is met), so that a source with nothing to read at all (not a log) is
+    one error, not a list."""
+    waiting: list[Rejection] = []
+    records = damaged = 0
+    for item in read_source(path, detect_kind(path), full_history):
+        if isinstance(item, Rejection):
+            if strict:
+                raise StrictModeError(item)
+            damaged += 1
+            waiting.append(item)
+        else:
+            records += 1
+        if records:
+            for rejection in waiting:
+                print(f"dump: rejected: {rejection.describe()}", file=sys.stderr)
+            waiting.clear()
+        if not isinstance(item, Rejection):
+            print(json_line(_as_dumped(item)))
+    if waiting:
+        more = f" (and {len(waiting) - 1} more damaged part(s))" if len(waiting) > 1 else ""
+        raise UserError(f"{path}: nothing could be read: {waiting[0].error}: {waiting[0].reason}{more}")
+    return damaged
 
 
 def _as_dumped(item: dict) -> dict:

@@ -24,9 +24,13 @@ import json
 import signal
 import sys
 import threading
+from pathlib import Path
 
-from kraftlake.cli.config import add_common_arguments, config_from_args
-from kraftlake.cli.runtime import meter, open_warehouse, storage_options
+import pyarrow.compute as pc
+
+from kraftlake.cli.config import TEXT, add_common_arguments, add_format_argument, config_from_args
+from kraftlake.cli.launcher import FAILED, PATH_ERRORS, UserError, error_line
+from kraftlake.cli.runtime import meter, open_tables
 from kraftlake.codec.bounds import Limits
 from kraftlake.metadata.config import Config
 from kraftlake.storage import DeltaRsTables
@@ -62,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                          help="for a directory: read every segment from its first record, ignoring snapshots")
     history.add_argument("--from-snapshot", action="store_true",
                          help="for a directory: the newest snapshot, then the records after it (Kafka's loader)")
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="summary format")
+    add_format_argument(parser, "the summary")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     if bool(args.follow) == bool(args.sources):
@@ -70,46 +74,62 @@ def main(argv: list[str] | None = None) -> int:
     config = config_from_args(args)
     if args.follow:
         return follow(config, args.follow)
-    warehouse = open_warehouse(config, "kraftlake-ingest")
+    tables = open_tables(config)
 
     def printer(summary: SourceSummary) -> None:
-        if args.format == "text":
-            print_summary(summary, warehouse.root)
+        if args.format == TEXT:
+            print_summary(summary, tables.root)
         else:
             print(json.dumps(summary.as_dict(), default=str))
-        for warning in summary.warnings(warehouse.root):
+        for warning in summary.warnings(tables.root):
             print(f"ingest: warning: {warning}", file=sys.stderr)
 
     try:
-        summaries = ingest(warehouse, args.sources, strict=config.get_bool("kraftlake.strict"),
+        summaries = ingest(tables, args.sources, strict=config.get_bool("kraftlake.strict"),
                            full_history=args.full_history, from_snapshot=args.from_snapshot,
                            batch_records=config.get_int("kraftlake.ingest.batch.records", minimum=1),
                            meter=lambda source: meter(config, f"ingest {source}"), on_source=printer,
                            limits=Limits.from_settings(config))
     except StrictModeError as exc:
         print(f"ingest: {exc}; nothing of this source was committed", file=sys.stderr)
-        return 1
+        return FAILED
     except HistoryConflict as exc:
         print(f"ingest: {exc}", file=sys.stderr)
-        return 1
-    except (OSError, ValueError) as exc:
-        print(f"ingest: {exc}", file=sys.stderr)
-        return 2
+        return FAILED
+    except (ValueError, *PATH_ERRORS) as exc:
+        raise UserError(error_line(exc)) from None
     rejected = sum(s.rejected for s in summaries)
-    if args.format == "text":
+    if args.format == TEXT:
         records = sum(s.records for s in summaries)
-        print(f"total: {records:,} records from {len(summaries)} source(s) into {warehouse.path('metadata_log')}, "
+        print(f"total: {records:,} records from {len(summaries)} source(s) into {tables.path('metadata_log')}, "
               f"{rejected} rejected")
-    if rejected:
-        print(f"ingest: {rejected} bad part(s) written to {warehouse.path('rejected')}; "
+    # not a log at all (even when ingested before), or a log of which not one record could be read
+    unreadable = [s for s in summaries if s.kind == "unknown" or s.status == "ingested" and s.rejected
+                  and not s.records and not s.existing.records and not s.occupied.records]
+    if rejected > sum(s.rejected for s in unreadable):
+        print(f"ingest: {rejected} bad part(s) written to {tables.path('rejected')}; "
               "query them with jobs/sql.py \"SELECT * FROM rejected\"", file=sys.stderr)
+    if unreadable:
+        raise UserError("; ".join(nothing_read(tables, s) for s in unreadable))
     return 0
+
+
+def nothing_read(tables: DeltaRsTables, summary: SourceSummary) -> str:
+    """Why not one record of a source could be read: its first rejection, as ``rejected`` keeps it."""
+    rows = tables.read_arrow("rejected", ["position", "error", "reason"],
+                             (pc.field("stage") == "ingest") & (pc.field("source") == summary.source))
+    first = min(rows.to_pylist(), key=lambda r: (r["position"] is None, r["position"] or 0), default=None)
+    why = "" if first is None else f": {first['error']}: {first['reason']}"
+    more = f" (and {summary.rejected - 1} more bad part(s))" if summary.rejected > 1 else ""
+    return f"{summary.source}: nothing could be read{why}{more}; the rejection is in {tables.path('rejected')}"
 
 
 def follow(config: Config, directory: str) -> int:
     """Tail ``directory`` until SIGINT/SIGTERM. Commits go through delta-rs: no Spark session, no JVM, so
     the follower is a light service next to the node (see docs/deployment.md)."""
-    tables = DeltaRsTables(config.get_path("kraftlake.warehouse"), storage_options(config))
+    if not Path(directory).is_dir():
+        raise UserError(f"--follow {directory}: not a directory")
+    tables = open_tables(config)
     follower = Follower(tables, directory, strict=config.get_bool("kraftlake.strict"),
                         limits=Limits.from_settings(config))
     stopping = threading.Event()

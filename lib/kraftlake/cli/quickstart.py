@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
 from kraftlake.cli.ingest import print_summary
+from kraftlake.cli.launcher import PATH_ERRORS, UserError, error_line
 from kraftlake.cli.output import print_table
 from kraftlake.cli.report import write_report
 from kraftlake.cli.runtime import checkpoint_location, kafka_configs, meter, open_warehouse
@@ -51,7 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     config = config_from_args(args)
-    log_dir, what_if = write_sample(args.sample_dir)
+    try:
+        log_dir, what_if = write_sample(args.sample_dir)
+    except PATH_ERRORS as exc:
+        raise UserError(f"--sample-dir {args.sample_dir}: {error_line(exc)}") from None
     print(f"sample cluster written to {log_dir}, what-if requests to {what_if}")
     warehouse = open_warehouse(config, "kraftlake-quickstart", with_spark=True)
     ingest(warehouse, [str(log_dir), str(what_if)], on_source=print_summary,

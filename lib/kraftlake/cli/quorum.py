@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 import pyarrow.compute as pc
 
-from kraftlake.cli.config import add_common_arguments, config_from_args
-from kraftlake.cli.runtime import checkpoint_location
+from kraftlake.cli.config import JSON, add_common_arguments, add_format_argument, config_from_args
+from kraftlake.cli.runtime import checkpoint_location, storage_options, warehouse_root
 from kraftlake.raft.describe import LogView, format_replication, format_status, replication, status
 from kraftlake.spark.queries import BackfillGuard
 from kraftlake.storage import Warehouse
@@ -62,15 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     what = describe.add_mutually_exclusive_group(required=True)
     what.add_argument("--status", action="store_true", help="leader, epoch, high watermark, lag, voters")
     what.add_argument("--replication", action="store_true", help="each replica's log end offset and lag")
-    describe.add_argument("--format", choices=("text", "json"), default="text")
+    add_format_argument(describe, "the status or the replicas")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     config = config_from_args(args)
     # the tables are read through delta-rs: no Spark session (and no JVM start) for a one-screen answer
-    warehouse = Warehouse(config.get_path("kraftlake.warehouse"), engine="delta-rs")
-    if not warehouse.exists("metadata_log"):
-        print(f"error: no metadata_log in {warehouse.root}: ingest a log first (jobs/ingest.py)", file=sys.stderr)
-        return 1
+    warehouse = Warehouse(warehouse_root(config, writes=False, needs_log=True), engine="delta-rs",
+                          storage_options=storage_options(config))
     states, replicas, log = read_rows(warehouse, "quorum_state"), read_rows(warehouse, "quorum_replicas"), \
         log_view(warehouse)
     stale = BackfillGuard(warehouse, checkpoint_location(config, warehouse, "controller")).stale() \
@@ -80,9 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.status:
         fields = status(states, replicas, log)
-        print(json.dumps(dict(fields)) if args.format == "json" else format_status(fields))
+        print(json.dumps(dict(fields)) if args.format == JSON else format_status(fields))
     else:
         rows = replication(states, replicas, log)
-        print(json.dumps(rows) if args.format == "json" else format_replication(rows))
+        print(json.dumps(rows) if args.format == JSON else format_replication(rows))
     return 0
 

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
-from kraftlake.cli.runtime import open_warehouse
+from kraftlake.cli.launcher import UserError
+from kraftlake.cli.runtime import open_warehouse, warehouse_root
 from kraftlake.spark.views import register_views
 from kraftlake.storage import Warehouse
 from kraftlake.storage.ingest import ingest_source
@@ -31,7 +32,9 @@ from kraftlake.storage.ingest import ingest_source
 def read_plan(path: str) -> list[dict]:
     try:
         plan = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except OSError as exc:
+        raise ValueError(f"{path}: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not a reassignment plan: {exc}") from exc
     partitions = plan.get("partitions") if isinstance(plan, dict) else None
     if not isinstance(partitions, list):
@@ -83,10 +86,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="add to or alter reassignments in progress (Kafka's --additional)")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
-    warehouse = open_warehouse(config_from_args(args), "kraftlake-reassign")
-    if not warehouse.exists("metadata_log"):
-        print(f"reassign: no metadata_log in {warehouse.root}", file=sys.stderr)
-        return 2
+    try:  # the plan first: a mistake in it is found before Spark starts
+        plan = read_plan(args.execute or args.verify) if args.execute or args.verify else []
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    config = config_from_args(args)
+    warehouse = open_warehouse(config, "kraftlake-reassign", root=warehouse_root(config, needs_log=True))
     try:
         if args.list:
             current = ongoing(warehouse)
@@ -105,7 +110,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"reassign: cancellation of {len(cancels)} reassignment(s) appended at offset "
                   f"{summary.first_offset}; run jobs/controller.py to decide it")
             return 0
-        plan = read_plan(args.execute or args.verify)
         if args.verify:
             return verify(warehouse, plan)
         current = ongoing(warehouse)

@@ -25,7 +25,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
-from kraftlake.cli.runtime import kafka_configs, storage_options
+from kraftlake.cli.launcher import FAILED, UserError
+from kraftlake.cli.runtime import kafka_configs, storage_options, warehouse_root
 from kraftlake.report.html import render
 from kraftlake.metadata.config import Config
 from kraftlake.report.timeline import Timeline, build
@@ -102,24 +103,25 @@ def main(argv: list[str] | None = None) -> int:
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     config = config_from_args(args)
-    root = config.get_path("kraftlake.warehouse")
+    root = warehouse_root(config, writes=False)
     out = Path(args.out)
+    if not out.parent.is_dir():
+        raise UserError(f"--out {out}: {out.parent} is not a directory")
     started = time.perf_counter()
     try:
         timeline = write_report(root, out, config, parse_time(args.start), parse_time(args.end), args.topic,
                                 args.title, args.linear_time)
     except ValueError as exc:
-        print(f"report: {exc}", file=sys.stderr)
-        return 2
+        raise UserError(str(exc)) from None
     for notice in timeline.notices:
         print(f"report: notice: {notice}", file=sys.stderr)
     print(f"report: {out} ({timeline.changes:,} partition changes, {len(timeline.brokers)} brokers, "
-          f"{len(timeline.moments)} moments) in {time.perf_counter() - started:.1f} s")
+          f"{len(timeline.moments)} moments) in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     if args.screenshot:
         try:
             screenshot(out, Path(args.screenshot), page_height(timeline))
         except (FileNotFoundError, subprocess.SubprocessError) as exc:
             print(f"report: no screenshot: {exc}", file=sys.stderr)
-            return 1
-        print(f"report: {args.screenshot}")
+            return FAILED
+        print(f"report: {args.screenshot}", file=sys.stderr)
     return 0

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from urllib.parse import urlparse
 
+from kraftlake.cli.launcher import UserError, error_line, is_storage_error
 from kraftlake.metadata.config import STORAGE_PREFIX, Config
 from kraftlake.metadata.progress import Meter, wanted
 from kraftlake.spark.session import get_spark
 from kraftlake.storage import Warehouse
-from kraftlake.storage.deltars import DeltaRsTables, FormatError
+from kraftlake.storage.deltars import DeltaRsTables, FormatError, is_local
 
 # Hadoop's filesystem for S3; Spark writes checkpoints through Hadoop, so s3a:// is where they go on S3
 S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
@@ -19,24 +22,60 @@ def storage_options(config: Config) -> dict[str, str]:
     return {k[len(STORAGE_PREFIX):]: v for k, v in config.subset(STORAGE_PREFIX).items() if v.strip()}
 
 
-def warehouse_root(config: Config, app_name: str) -> str:
-    """The configured warehouse, once its tables are in a format this release reads; else the job exits
-    with the migration to make (``DeltaRsTables.check_format``), before it starts Spark or writes."""
+def warehouse_root(config: Config, writes: bool = True, needs_log: bool = False) -> str:
+    """The configured warehouse, once it can be used; else ``UserError`` saying what and why, before the job
+    starts Spark or writes: a local path must lead to a directory the job may write in (``writes``), an
+    object store must answer (bucket, credentials, endpoint), the tables must be in a format this release
+    reads (else the migration to make, ``DeltaRsTables.check_format``), and ``metadata_log`` must be there
+    for a job that works on it (``needs_log``)."""
     root = config.get_path("kraftlake.warehouse")
+    tables = DeltaRsTables(root, storage_options(config))
+    if is_local(tables.root):
+        _check_local(tables.root, writes)
     try:
-        DeltaRsTables(root, storage_options(config)).check_format()
+        tables.check_format()
+        has_log = tables.exists("metadata_log")  # the store itself answers (a listing finds no missing bucket)
     except FormatError as exc:
-        raise SystemExit(f"{app_name}: {exc}") from None
+        raise UserError(str(exc)) from None
+    except Exception as exc:
+        if not is_storage_error(exc):
+            raise
+        raise UserError(f"cannot use the warehouse {root}: {error_line(exc)}") from None
+    if needs_log and not has_log:
+        raise UserError(f"no metadata_log in {tables.root}: ingest a log first (jobs/ingest.py)")
     return root
+
+
+def _check_local(root: str, writes: bool) -> None:
+    existing = Path(root)
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"cannot use the warehouse {root}: {existing} is not a directory")
+    if not writes:
+        return
+    try:  # a job that writes would create it anyway; here the system says why it cannot
+        os.makedirs(root, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot write the warehouse {root}: {exc.strerror}") from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        why = "Read-only file system" if os.statvfs(root).f_flag & os.ST_RDONLY else "Permission denied"
+        raise UserError(f"cannot write the warehouse {root}: {why}")
 
 
 def open_warehouse(config: Config, app_name: str, with_spark: bool = True, root: str | None = None) -> Warehouse:
     """The configured warehouse (``root``: one ``warehouse_root`` checked already); with a Spark session
     unless the job only commits through delta-rs."""
-    root = root or warehouse_root(config, app_name)
+    root = root or warehouse_root(config)
     engine = config.get_str("kraftlake.engine")
     spark = get_spark(config, app_name) if with_spark or engine != "delta-rs" else None
     return Warehouse(root, engine=engine, spark=spark, storage_options=storage_options(config))
+
+
+def open_tables(config: Config, writes: bool = True) -> DeltaRsTables:
+    """The configured warehouse, checked by ``warehouse_root``, for a job that needs no Spark: everything it
+    reads and writes goes through delta-rs (``kraftlake.cli.launcher.NO_SPARK``)."""
+    return DeltaRsTables(warehouse_root(config, writes), storage_options(config))
 
 
 def checkpoint_location(config: Config, warehouse: Warehouse, query: str, given: str | None = None) -> str:
@@ -52,8 +91,8 @@ def checkpoint_location(config: Config, warehouse: Warehouse, query: str, given:
     location = given or f"{root.rstrip('/')}/{query}"
     if urlparse(location).scheme == "s3":
         location = "s3a" + location[len("s3"):]
-    from kraftlake.storage.native import class_loadable  # imports pyspark
-
+    if urlparse(location).scheme == "s3a" and warehouse.spark is not None:
+        from kraftlake.storage.native import class_loadable  # imports pyspark: only where a session is
     if urlparse(location).scheme == "s3a" and warehouse.spark is not None \
             and not class_loadable(warehouse.spark, S3A_CLASS):
         raise RuntimeError(

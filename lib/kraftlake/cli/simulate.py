@@ -24,9 +24,11 @@ import time
 from collections import Counter
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
-from kraftlake.cli.runtime import kafka_configs, meter, open_warehouse
+from kraftlake.cli.launcher import FAILED, UserError
+from kraftlake.cli.runtime import kafka_configs, meter, open_tables
 from kraftlake.sim.cluster import DEFAULT_MIX, START_MS, ClusterSimulator, SimulationOptions, parse_mix
 from kraftlake.sim.cluster_traffic import IngestMismatch, Written, write_requests
+from kraftlake.storage.deltars import DeltaRsTables
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -74,7 +76,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def run_quorum(warehouse, args: argparse.Namespace) -> int:
+def run_quorum(warehouse: DeltaRsTables, args: argparse.Namespace) -> int:
     from kraftlake.sim.quorum import SimConfig
     from kraftlake.sim.quorum_traffic import write_simulation
 
@@ -87,7 +89,7 @@ def run_quorum(warehouse, args: argparse.Namespace) -> int:
     for violation in result.violations:
         print(f"  VIOLATION at {violation.time_ms} ms: {violation.rule}: {violation.detail}")
     print(f"  {len(result.violations)} violation(s)")
-    return 1 if result.violations else 0
+    return FAILED if result.violations else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,20 +103,16 @@ def main(argv: list[str] | None = None) -> int:
             mix=parse_mix(args.mix), crash_downtime_ms=args.crash_downtime_ms, restart_ms=args.restart_ms,
             stale_share=args.stale_share)
     except ValueError as exc:
-        print(f"simulate: {exc}", file=sys.stderr)
-        return 2
+        raise UserError(str(exc)) from None
     if args.events < 0 or args.chunk_lines < 1:
-        print("simulate: --events must be >= 0 and --chunk-lines >= 1", file=sys.stderr)
-        return 2
+        raise UserError("--events must be >= 0 and --chunk-lines >= 1")
     config = config_from_args(args)
-    warehouse = open_warehouse(config, "kraftlake-simulate")
+    warehouse = open_tables(config)
     if args.quorum:
         return run_quorum(warehouse, args)
     if warehouse.exists("metadata_log") and warehouse.max_value("metadata_log", "offset") is not None:
-        print(f"simulate: {warehouse.path('metadata_log')} is not empty; the simulated cluster starts a log "
-              "of its own (broker epochs are the offsets of its registrations): use a new warehouse",
-              file=sys.stderr)
-        return 2
+        raise UserError(f"{warehouse.path('metadata_log')} is not empty; the simulated cluster starts a log of its "
+                        "own (broker epochs are the offsets of its registrations): use a new warehouse")
 
     simulator = ClusterSimulator(options, kafka_configs(config))
     started = time.monotonic()
@@ -132,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                                  args.keep_chunks, on_chunk)
     except IngestMismatch as exc:
         print(f"simulate: {exc}", file=sys.stderr)
-        return 1
+        return FAILED
 
     refused = Counter()
     for (type_, error), count in simulator.outcomes.items():

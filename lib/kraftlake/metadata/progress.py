@@ -3,9 +3,9 @@
 An operator replaying a year of a large cluster's log wants to know it is alive and how long to wait;
 a script or a CI log wants no noise. So a ``Meter`` prints at most one line per interval on stderr, and
 only when asked or when stderr is a terminal (``kraftlake.progress``: auto | always | never). Under
-spark-submit the driver's stderr is a pipe into the JVM (which prints it on its own stdout), so the
-launcher says whether that stdout is a terminal in ``KRAFTLAKE_PROGRESS_TERMINAL``. The same
-meter serves ingest (bytes of the source), the controller (log offsets), the simulator (requests) and
+spark-submit the driver's stderr is a pipe (into spark-submit.sh's own stderr, or failing that the
+JVM's stdout), so the launcher says whether that end is a terminal in ``KRAFTLAKE_PROGRESS_TERMINAL``.
+The same meter serves ingest (bytes of the source), the controller (log offsets), the simulator (requests) and
 the benchmarks, so every long job reads the same way.
 """
 

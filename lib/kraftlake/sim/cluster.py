@@ -103,9 +103,14 @@ def parse_mix(text: str) -> dict[str, float]:
     mix = dict(DEFAULT_MIX)
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, sep, value = part.partition("=")
-        if not sep or name.strip() not in DEFAULT_MIX:
-            raise ValueError(f"mix: {part!r} is not NAME=WEIGHT with NAME one of {', '.join(DEFAULT_MIX)}")
-        mix[name.strip()] = float(value)
+        try:
+            weight = float(value)
+        except ValueError:
+            weight = -1.0
+        if not sep or name.strip() not in DEFAULT_MIX or weight < 0:
+            raise ValueError(f"mix: {part!r} is not NAME=WEIGHT with NAME one of {', '.join(DEFAULT_MIX)} and "
+                             "WEIGHT a number >= 0")
+        mix[name.strip()] = weight
     return mix
 
 

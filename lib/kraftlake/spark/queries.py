@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from kraftlake.metadata.progress import Meter
-from kraftlake.storage.deltars import DeltaRsTables, StorageOptions, backfills_since, filesystem
+from kraftlake.storage.deltars import DeltaRsTables, StorageOptions, backfills_since, file_ranges, filesystem
 from kraftlake.storage.lease import Lease
 
 Sink = Callable[[Any, tuple[str, int]], Any]
@@ -365,6 +365,17 @@ class MetadataLogEnd:
         end = self.tables.max_value("metadata_log", "offset")
         return -1 if end is None else int(end)
 
+    def start_offset(self) -> int:
+        """The lowest offset in the table (-1 when it is empty): a log that begins at a snapshot has none
+        below it, so no work there either."""
+        if not self.tables.exists("metadata_log"):
+            return -1
+        ranges = [r for r in file_ranges(self.tables.table("metadata_log"), "offset") if r.num_records]
+        if any(r.lo is None for r in ranges):  # a file without statistics: read the column
+            column = self.tables.read_arrow("metadata_log", columns=["offset"])["offset"]
+            return -1 if len(column) == 0 else int(pc.min(column).as_py())
+        return min((int(r.lo) for r in ranges), default=-1)
+
     def timestamp_ms(self, offset: int) -> int | None:
         column = self.tables.read_arrow("metadata_log", columns=["timestamp"],
                                         filter=pc.field("offset") == offset)["timestamp"]
@@ -376,10 +387,11 @@ class MetadataLogEnd:
 class LogProgress:
     """The controller's progress as an operator reads it, from each micro-batch's ``lastProgress``.
 
-    Replaying (``--once``): offsets of ``metadata_log`` done of its end offset, rate and ETA, on the
-    ``meter`` (quiet unless asked or on a terminal). Running continuously: a status line every
-    ``status_every`` seconds saying how far behind the log's end it is, in offsets and in event time,
-    because that is what tells an operator whether the controller keeps up.
+    Replaying (``--once``): offsets of ``metadata_log`` done of those it holds (from its first offset to
+    its end: a log that begins at a snapshot has none below), rate and ETA, on the ``meter`` (quiet unless
+    asked or on a terminal). Running continuously: a status line every ``status_every`` seconds saying how
+    far behind the log's end it is, in offsets and in event time, because that is what tells an operator
+    whether the controller keeps up.
     """
 
     def __init__(self, log: Any, meter: Meter, once: bool, status_every: float | None,
@@ -387,6 +399,7 @@ class LogProgress:
         self.log, self.meter, self.once, self.status_every, self.clock = log, meter, once, status_every, clock
         self.batch: int | None = None
         self.done = 0
+        self.first = 0  # the log's first offset, from which the meter counts
         self.last_status: float | None = None
 
     def __call__(self, progress: Mapping[str, Any] | None) -> None:
@@ -395,12 +408,13 @@ class LogProgress:
             self.batch = progress["batchId"]
             end = source_offset(progress)
             self.done = end + 1 if end is not None else self.done + progress["numInputRows"]
-            if first:  # where this run started: a restart or a log that begins at a snapshot is not work done
+            if first:  # where this run started: a restart is not work done by this run
+                self.first = max(self.log.start_offset(), 0) if end is not None else 0
                 start = source_offset(progress, "startOffset")
-                self.meter.base = start + 1 if start is not None else self.done - progress["numInputRows"]
-            if self.meter.total is None or self.done > self.meter.total:
-                self.meter.total = self.log.end_offset() + 1 if end is not None else None
-            self.meter.update(self.done, f"batch {self.batch}")
+                self.meter.base = (start + 1 if start is not None else self.done - progress["numInputRows"]) - self.first
+            if self.meter.total is None or self.done - self.first > self.meter.total:
+                self.meter.total = self.log.end_offset() + 1 - self.first if end is not None else None
+            self.meter.update(self.done - self.first, f"batch {self.batch}")
         if not self.once and self.status_every is not None:
             now = self.clock()
             if self.last_status is None or now - self.last_status >= self.status_every:
@@ -411,6 +425,9 @@ class LogProgress:
         end = self.log.end_offset()
         if end < 0:
             return f"[{self.meter.label}] waiting: metadata_log is empty"
+        if self.batch is None:  # where the query stands is known from its first micro-batch on
+            return (f"[{self.meter.label}] starting: metadata_log holds offsets {self.log.start_offset():,}..{end:,}, "
+                    "waiting for the first micro-batch")
         behind = end + 1 - self.done
         if behind <= 0:
             return f"[{self.meter.label}] up to date at offset {end:,} (batch {self.batch})"

@@ -35,6 +35,12 @@ def get_spark(config: Config, app_name: str) -> SparkSession:
     # Python workers must import the same pyspark/pyarrow/deltalake as this driver. spark-submit.sh
     # sets this; a plain `python jobs/x.py` would otherwise start workers with the system python.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # ... and kraftlake from where this driver has it: a plain `python jobs/x.py` puts lib/ on its own
+    # sys.path only, and the workers inherit the environment of the JVM started below.
+    library = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if library not in paths and os.path.isdir(library):
+        os.environ["PYTHONPATH"] = os.pathsep.join([library, *paths])
 
     # The JVM must be up before SparkConf() can see what spark-submit put in its system properties.
     SparkContext._ensure_initialized()

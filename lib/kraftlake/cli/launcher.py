@@ -1,0 +1,200 @@
+"""What every job's process does before its work and how it ends, and what ``spark-submit.sh`` asks first.
+
+``spark-submit.sh`` asks ``python -m kraftlake.cli.launcher JOB ARGS...`` whether the job needs Spark:
+the jobs that read and write only through delta-rs (``NO_SPARK``) are run by the venv's python straight
+away, without the seconds a JVM costs to start.
+
+For the others Spark's launcher starts the Python driver with its stderr merged into its stdout, which
+the JVM copies to its own stdout, so a job's messages would land in the middle of its data. The launcher
+therefore hands the driver a FIFO (``STDERR_FIFO``) read into the launcher's own stderr, and the JVM's pid
+(``LAUNCHER_PID``). ``run_job``, which every ``jobs/X.py`` calls, points the driver's stderr at the FIFO
+and has the driver sent SIGTERM when its parent, the JVM, is gone, so a SIGTERM to the launcher leaves no
+driver behind (a follower stops between polls, as on its own SIGTERM). Without either variable (a plain
+``python jobs/X.py``, a test calling ``main``, cluster deploy mode) nothing changes.
+
+``run_job`` also turns a user's mistake into one line on stderr and an exit code instead of a traceback:
+``USAGE`` (2) for what the job was given (options, settings, paths, a warehouse it cannot use, a source
+with nothing to read), ``FAILED`` (1) for a run that failed or found what it checks for,
+``INTERRUPTED`` (130) for Ctrl-C. docs/README.md lists them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from typing import Callable, Sequence
+
+from kraftlake.metadata.config import ConfigError
+from kraftlake.metadata.progress import TERMINAL_ENV
+
+FAILED, USAGE, INTERRUPTED = 1, 2, 130
+STDERR_FIFO = "KRAFTLAKE_STDERR_FIFO"
+LAUNCHER_PID = "KRAFTLAKE_LAUNCHER_PID"
+# Jobs whose work goes through delta-rs and the pure core only: no SparkSession, so no JVM.
+NO_SPARK = frozenset({"check", "dump", "ingest", "quorum", "report", "simulate"})
+HELP = ("-h", "--help")
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+Main = Callable[[Sequence[str] | None], int]
+
+
+class UserError(Exception):
+    """A mistake in what the job was given: said in one line, exit code ``USAGE``."""
+
+
+# What reading a path the user named may raise when the path is wrong (with ValueError: not what it claims)
+PATH_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+
+
+def needs_spark(job: str, args: Sequence[str]) -> bool:
+    """Whether ``jobs/<job>.py`` with ``args`` starts a SparkSession (unknown jobs are assumed to)."""
+    options = list(args)
+    if "--" in options:  # what follows is an argument even if it looks like an option
+        options = options[:options.index("--")]
+    if any(a in HELP for a in options):
+        return False  # argparse prints the help and exits before anything starts
+    return job not in NO_SPARK
+
+
+def run_job(name: str, main: Main, argv: Sequence[str] | None = None) -> int:
+    """Run a job's ``main`` as the module docstring says (each ``jobs/X.py`` calls this); ``name``
+    prefixes its one-line errors."""
+    _adopt_launcher(name)
+    try:
+        return main(argv)
+    except (UserError, ConfigError) as exc:
+        return _fail(name, str(exc), USAGE)
+    except KeyboardInterrupt:
+        return _fail(name, "interrupted", INTERRUPTED)
+    except BrokenPipeError:
+        # whoever read stdout stopped (`| head`): not the job's failure; nothing more reaches it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except Exception as exc:
+        if not is_storage_error(exc):
+            raise  # a bug: its traceback is what helps
+        return _fail(name, error_line(exc), FAILED)
+
+
+def _fail(name: str, message: str, code: int) -> int:
+    print(f"{name}: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+S3_ERROR = re.compile(r"<Code>([^<]*)</Code>\s*<Message>([^<]*)</Message>")
+BACKTRACE = re.compile(r"^(\d+: |at )")  # the frames of a Rust backtrace that delta-rs appends
+INSTANCE_METADATA = "169.254.169.254"  # where AWS clients ask for an instance's credentials
+RUST_IO_ERROR = re.compile(r'Error: Os \{ code: \d+, kind: \w+, message: "([^"]*)" \}')
+
+
+def is_storage_error(exc: BaseException) -> bool:
+    """An error of the filesystem or an object store: an OSError, or one of delta-rs' own (which are not)."""
+    delta = sys.modules.get("deltalake.exceptions")
+    return isinstance(exc, OSError) or delta is not None and isinstance(exc, delta.DeltaError)
+
+
+def error_line(exc: BaseException) -> str:
+    """One line for an error, notably of the filesystem or an object store: delta-rs and pyarrow chain
+    their causes over several lines (with colours) and S3 answers in XML; the user wants what and why."""
+    if isinstance(exc, OSError) and exc.strerror and exc.filename:
+        return f"{exc.filename}: {exc.strerror}"
+    text = RUST_IO_ERROR.sub(r"\1", ANSI.sub("", str(exc)))
+    s3 = S3_ERROR.search(text)
+    causes = [c.strip(" ↳\t") for c in text.splitlines()]
+    causes = [c for c in causes if c and not c.startswith("<") and not BACKTRACE.match(c)]
+    line = ": ".join(causes) or type(exc).__name__
+    if s3:
+        line = f"{causes[0]}: {s3.group(1)}: {s3.group(2)}"
+    if "credentials" in text or INSTANCE_METADATA in text:  # no keys given: the instance's were asked for
+        line += (" (no credentials found: set kraftlake.storage.aws_access_key_id and aws_secret_access_key, or "
+                 "AWS_* in the environment: docs/deployment.md)")
+    return line
+
+
+def _adopt_launcher(name: str) -> None:
+    """Once per process: take over what spark-submit.sh set up for the driver (and hide it from the
+    driver's own children, which are not the launcher's)."""
+    launcher = os.environ.pop(LAUNCHER_PID, None)
+    fifo = os.environ.pop(STDERR_FIFO, None)
+    if launcher:
+        _die_with_parent(name, int(launcher))
+    if fifo:
+        _stderr_into(fifo)
+
+
+def _die_with_parent(name: str, launcher: int) -> None:
+    """SIGTERM to this process when its parent (the JVM) is gone: asked of the kernel (Linux), and watched
+    for once a second by a thread as well (other systems, and any case the kernel's signal misses)."""
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the watcher alone
+        pass
+    try:
+        os.kill(launcher, 0)
+    except ProcessLookupError:  # it died before anything was asked: nobody is left to ask for the work
+        raise SystemExit(f"{name}: the launcher (pid {launcher}) is gone; not starting") from None
+    except PermissionError:
+        pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="kraftlake-parent-watch", daemon=True).start()
+
+
+def _stderr_into(fifo: str) -> None:
+    """Point fd 2 at the launcher's FIFO. Opened without waiting: if its reader is gone, stderr stays
+    where Spark put it (then without progress lines, which would otherwise go into the data)."""
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        os.environ.pop(TERMINAL_ENV, None)
+        return
+    os.set_blocking(fd, True)
+    sys.stderr.flush()
+    os.dup2(fd, 2)
+    os.close(fd)
+    atexit.register(_drain_stderr)
+
+
+def _drain_stderr(timeout: float = 2.0) -> None:
+    """Wait (briefly) until the launcher's reader has taken everything written: the JVM, and so the
+    launcher, may exit right after this process, and a caller reading the launcher's stderr from a file
+    must find every line there."""
+    import array
+    import fcntl
+    import termios
+
+    sys.stderr.flush()
+    unread = array.array("i", [0])
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            fcntl.ioctl(2, termios.FIONREAD, unread)
+        except OSError:
+            return
+        if unread[0] == 0:
+            return
+        time.sleep(0.005)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m kraftlake.cli.launcher JOB ARGS...`` prints ``spark`` or ``python``."""
+    job_name, *args = sys.argv[1:] if argv is None else argv
+    print("spark" if needs_spark(job_name, args) else "python")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
