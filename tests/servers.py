@@ -166,3 +166,49 @@ class SparkCluster:
         for process in [*self.worker_processes, self.master]:
             if process is not None:
                 stop(process)
+
+
+def _group_pids(pgid: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getpgid(int(entry.name)) == pgid:
+                    pids.append(int(entry.name))
+            except (ProcessLookupError, PermissionError):
+                continue
+    return pids
+
+
+def listening_addresses(pgid: int) -> set[str]:
+    """The local addresses (``host:port``) on which any process of group ``pgid`` listens for TCP, read
+    from /proc (Linux): a socket's inode in /proc/net/tcp{,6} state 0A (LISTEN) matched with the processes'
+    file descriptors. IPv4-mapped IPv6 addresses are given as IPv4."""
+    inodes: set[str] = set()
+    for pid in _group_pids(pgid):
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                try:
+                    target = os.readlink(fd)
+                except OSError:
+                    continue
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except (FileNotFoundError, PermissionError):
+            continue
+    found = set()
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != "0A" or fields[9] not in inodes:
+                continue
+            host, port = fields[1].split(":")
+            raw = bytes.fromhex(host)
+            # /proc prints each 32-bit word in host (little-endian) order
+            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, width // 2, 4))
+            if len(raw) == 16 and raw[:12] == b"\0" * 10 + b"\xff\xff":
+                raw = raw[12:]
+            address = ".".join(str(b) for b in raw) if len(raw) == 4 else \
+                ":".join(raw[i:i + 2].hex() for i in range(0, 16, 2))
+            found.add(f"{address}:{int(port, 16)}")
+    return found

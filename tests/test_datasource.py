@@ -182,3 +182,50 @@ def test_stream_of_some_columns_and_types_only(warehouse: Warehouse, tmp_path: P
     batches = run_available_now(df, tmp_path / "checkpoint")
     # batches are still bounded by offsets (0-3, 4-7, 8-9); only the rows of the type come through
     assert batches == [(0, [0, 3]), (1, [6]), (2, [9])]
+
+
+# object_store's credential keys (its AmazonS3ConfigKey, AzureConfigKey and GoogleConfigKey documentation,
+# aliases included): the values a warehouse on object storage hands the data source.
+CREDENTIAL_KEYS = [
+    "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "aws_token",
+    "azure_storage_account_key", "azure_storage_access_key", "azure_storage_master_key", "account_key",
+    "access_key", "master_key", "azure_client_secret", "client_secret", "azure_storage_sas_key",
+    "azure_storage_sas_token", "sas_key", "sas_token", "azure_storage_token", "bearer_token", "token",
+    "google_service_account_key", "service_account_key", "google_application_credentials",
+]
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["batch", "stream"])
+def test_storage_credentials_never_show_in_plans(warehouse: Warehouse, spark: SparkSession,
+                                                 capsys: pytest.CaptureFixture, streaming: bool) -> None:
+    """Spark prints a source's options in plans (explain, the UI's SQL tab, event logs) unless their key
+    matches spark.redaction.regex; the session here keeps Spark's default, which alone would show
+    azure_storage_account_key and most others in clear."""
+    from kraftlake.storage import datasource
+
+    append_chunks(warehouse, [[0, 1]])
+    secrets = {key: f"hunter2-{i}-x" for i, key in enumerate(CREDENTIAL_KEYS)}
+    datasource.register(spark)
+    reader = spark.readStream if streaming else spark.read
+    frame = reader.format(datasource.NAME).options(**datasource.source_options(secrets)) \
+        .load(warehouse.path("metadata_log"))
+    frame.explain(extended=True)
+    shown = capsys.readouterr().out
+    assert [key for key, value in secrets.items() if value in shown] == []
+    if streaming:  # the streaming relation lists every option: each one there, redacted
+        assert [key for key in secrets if f"{key}=*********(redacted)" not in shown] == []
+    if not streaming:  # the options still reach the reader: it opens the (local) table with them ignored
+        assert frame.count() == 2
+
+
+def test_the_default_redaction_pattern_covers_every_credential_key(spark: SparkSession) -> None:
+    """Spark settings that carry credentials (spark.executorEnv.AZURE_STORAGE_ACCOUNT_KEY, ...) are shown
+    redacted in the UI and event logs when their key matches spark.redaction.regex: ours covers
+    object_store's keys where Spark's default does not. Matched with Java's regex engine, as Spark does."""
+    from kraftlake.metadata.config import defaults
+
+    pattern = spark.sparkContext._jvm.java.util.regex.Pattern.compile(defaults()["spark.redaction.regex"])
+    names = CREDENTIAL_KEYS + [f"spark.executorEnv.{key.upper()}" for key in CREDENTIAL_KEYS]
+    assert [name for name in names if not pattern.matcher(name).find()] == []
+    harmless = ["spark.app.name", "spark.sql.shuffle.partitions", "kraftlake.storage.aws_region"]
+    assert [name for name in harmless if pattern.matcher(name).find()] == []

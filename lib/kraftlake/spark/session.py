@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 
 __all__ = ["get_spark"]
 
+LOOPBACK = "127.0.0.1"
+LOCAL_ADDRESSES = ("spark.driver.bindAddress", "spark.driver.host")
+
 
 def get_spark(config: Config, app_name: str) -> SparkSession:
     """The job's session: an already active one as it is, else a new one built from ``config``.
@@ -42,6 +45,10 @@ def get_spark(config: Config, app_name: str) -> SparkSession:
     if library not in paths and os.path.isdir(library):
         os.environ["PYTHONPATH"] = os.pathsep.join([library, *paths])
 
+    if "PYSPARK_GATEWAY_PORT" not in os.environ and "--master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+        # plain `python jobs/x.py`: this process starts the JVM, in local mode; its web UI (when enabled)
+        # binds SPARK_LOCAL_IP, else every interface
+        os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
     # The JVM must be up before SparkConf() can see what spark-submit put in its system properties.
     SparkContext._ensure_initialized()
     submitted = SparkConf()
@@ -54,7 +61,13 @@ def get_spark(config: Config, app_name: str) -> SparkSession:
         builder = builder.appName(app_name)
     if not submitted.contains("spark.master"):
         builder = builder.master("local[*]")
-    for key, value in sorted(config.subset("spark.").items()):
+    settings = dict(config.subset("spark."))
+    if submitted.get("spark.master", "local[*]").startswith("local"):
+        # Local mode talks to nobody else: its driver (RPC and block manager, unauthenticated by default)
+        # listens on loopback, not on every interface, unless the user sets these.
+        for key in LOCAL_ADDRESSES:
+            settings.setdefault(key, LOOPBACK)
+    for key, value in sorted(settings.items()):
         if not submitted.contains(key):
             builder = builder.config(key, value)
 

@@ -45,10 +45,13 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 NAME = "kraftlake_delta"
-# Options ``storage.<key>`` are delta-rs storage options (endpoint, credentials): they travel with the
-# pickled reader to the executors, which open the table themselves. Spark redacts option values whose
-# key looks secret (spark.redaction.regex) in plans and logs.
-STORAGE_OPTION = "storage."
+# Options ``secret.storage.<key>`` are delta-rs storage options (endpoint, credentials): they travel with
+# the pickled reader to the executors, which open the table themselves. Spark shows a source's options in
+# plans (explain, the UI, event logs) unless a key matches spark.redaction.regex, whose default
+# (secret|password|token|access.key) misses object_store's azure_storage_account_key, sas keys, service
+# account keys...: the word "secret" in every key's prefix has Spark redact them all, whatever the
+# session's configuration, new object_store keys included.
+STORAGE_OPTION = "secret.storage."
 # A batch-read task gets about this many bytes of Parquet; a streaming task about this many rows
 # (a streaming task sorts its range in memory, so rows bound its memory).
 BATCH_PARTITION_BYTES = 128 << 20
@@ -235,7 +238,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 class KraftlakeDeltaSource(DataSource):
-    """Options: ``path`` (the table), ``storage.<key>`` (delta-rs storage options), and for streams ``maxRecordsPerBatch``, ``offsetColumn`` (default
+    """Options: ``path`` (the table), ``secret.storage.<key>`` (delta-rs storage options), and for streams ``maxRecordsPerBatch``, ``offsetColumn`` (default
     ``offset``), ``startingOffset`` (first offset to read, default 0) and ``typeIn`` (only rows whose
     ``type`` is one of these, comma-separated)."""
 
