@@ -48,6 +48,7 @@ is_flag() {
 spark_opts=()
 user_py_files=()
 have_master=false
+master="${MASTER:-}"
 have_java_opts=false
 cluster_mode=false
 job=""
@@ -83,14 +84,15 @@ while (( $# > 0 )); do
             add_py_files "$value"
             continue ;;  # merged into one --py-files below
         --master)
-            have_master=true ;;
+            have_master=true
+            master="$value" ;;
         --driver-java-options)
             have_java_opts=true ;;
         --deploy-mode)
             [[ "$value" == cluster ]] && cluster_mode=true ;;
         --conf|-c)
             case "$value" in
-                spark.master=*) have_master=true ;;
+                spark.master=*) have_master=true; master="${value#spark.master=}" ;;
                 spark.driver.extraJavaOptions=*) have_java_opts=true ;;
                 spark.submit.deployMode=cluster) cluster_mode=true ;;
             esac ;;
@@ -167,6 +169,12 @@ done
 extra=()
 if ! $have_master && [[ -z "${MASTER:-}" ]]; then
     extra+=(--master 'local[*]')
+    master='local[*]'
+fi
+if [[ "$master" == local* ]]; then
+    # Local mode talks to nobody: Spark's web UI (when enabled) binds SPARK_LOCAL_IP, else every interface;
+    # the driver's RPC and block manager are bound to loopback by kraftlake.spark.session.
+    export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
 fi
 extra+=(--py-files "$py_files")
 if ! $have_java_opts && ! $cluster_mode; then
