@@ -141,7 +141,9 @@ def test_the_jobs_that_need_no_spark_run_without_pyspark_or_a_jvm(fixtures_dir: 
     done = {}
     for name, args in runs.items():
         done[name] = launch(job(name), *args, env={"PYTHONPATH": str(tmp_path / "blocker")})
-        assert done[name].returncode == 0, f"{name}: {done[name].stderr[-3000:]}"
+        # the report refuses a log the controller (which needs Spark) has not replayed: still without Spark
+        expected = USAGE if name == "report" else 0
+        assert done[name].returncode == expected, f"{name}: {done[name].stderr[-3000:]}"
         assert "Traceback" not in done[name].stderr, f"{name}: {done[name].stderr[-3000:]}"
     assert len(json_lines(done["dump"].stdout)) == 4929
     assert DeltaRsTables(warehouse).max_value("metadata_log", "offset") == 4928
@@ -164,13 +166,13 @@ MISTAKES = [
      "ingest: kraftlake.ingest.batch.records='many' (from --override): expected an integer"),
     ("dump README.md", USAGE, "dump: README.md: nothing could be read: INVALID_RECORD: not a Kafka log segment, "
                               "snapshot, partition directory, JSON lines or Avro file"),
-    ("dump lib", USAGE, "dump: lib: no log segments (*.log) or snapshots (*.checkpoint)"),
+    ("dump lib", USAGE, "dump: {repo}/lib: no log segments (*.log) or snapshots (*.checkpoint)"),
     ("check --warehouse {w}", USAGE, "check: no metadata_log table in {w}: ingest a log first (jobs/ingest.py)"),
     ("check --warehouse {w} --override broken", USAGE, "check: --override expects KEY=VALUE, got 'broken'"),
     ("quorum --warehouse {w} describe --status", USAGE,
      "quorum: no metadata_log in {w}: ingest a log first (jobs/ingest.py)"),
     ("report --warehouse {w} --out {w}.html --from yesterday", USAGE,
-     "report: 'yesterday' is neither an ISO time (2026-01-30T17:24:00Z) nor epoch milliseconds"),
+     "report: 'yesterday' is neither an ISO time (2026-01-30T17:23:54Z) nor epoch milliseconds"),
     ("controller --warehouse {w} --once", USAGE, "controller: no metadata_log in {w}: ingest a log first (jobs/ingest.py)"),
     ("controller --warehouse {w} --once --shards 0", USAGE, "controller: --shards 0: a controller has at least one shard"),
     ("reassign --warehouse {w} --verify no-such-plan.json", USAGE, "reassign: no-such-plan.json: No such file or directory"),

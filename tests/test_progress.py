@@ -211,7 +211,7 @@ def test_the_log_end_comes_from_the_table(fixtures_dir, tmp_path):
     assert MetadataLogEnd(DeltaRsTables(str(tmp_path / "empty"))).end_offset() == -1
     assert end.start_offset() == min(records) == 0
     snapshot = DeltaRsTables(str(tmp_path / "snapshot"))
-    ingest_source(snapshot, str(fixtures_dir / "single-broker-snapshot" / "__cluster_metadata-0"))
+    ingest_source(snapshot, str(fixtures_dir / "single-broker-snapshot" / "__cluster_metadata-0"), from_snapshot=True)
     offsets = snapshot.read_arrow("metadata_log", columns=["offset"])["offset"].to_pylist()
     assert MetadataLogEnd(snapshot).start_offset() == min(offsets) > 0
     assert MetadataLogEnd(DeltaRsTables(str(tmp_path / "empty"))).start_offset() == -1

@@ -225,10 +225,10 @@ def test_the_time_axis_widens_short_stretches_and_compresses_quiet_ones(activity
 
 # --- warehouses the controller built ----------------------------------------------------------------------
 
-def _replayed(spark, log_dir: Path, root: Path) -> Warehouse:
+def _replayed(spark, log_dir: Path, root: Path, from_snapshot: bool = False) -> Warehouse:
     """A Kafka partition directory ingested into ``root``/warehouse and replayed by the controller."""
     warehouse = Warehouse(str(root / "warehouse"), engine="delta-rs", spark=spark)
-    ingest_source(warehouse, str(log_dir))
+    ingest_source(warehouse, str(log_dir), from_snapshot=from_snapshot)
     run_controller(warehouse, root / "checkpoint", shards=2, max_records_per_batch=None)
     return warehouse
 
@@ -445,7 +445,7 @@ def snapshot_warehouse(spark, fixtures_dir, tmp_path_factory) -> Warehouse:
     log_dir = root / "__cluster_metadata-0"
     shutil.copytree(fixtures_dir / "single-broker-snapshot" / "__cluster_metadata-0", log_dir)
     (log_dir / "quorum-state").write_text(json.dumps(QUORUM_STATE))
-    return _replayed(spark, log_dir, root)
+    return _replayed(spark, log_dir, root, from_snapshot=True)
 
 
 def _copy(warehouse: Warehouse, root: Path) -> DeltaRsTables:

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 import pyarrow.compute as pc
 
 from kraftlake.cli.config import JSON, add_common_arguments, add_format_argument, config_from_args
+from kraftlake.cli.launcher import FAILED
 from kraftlake.cli.runtime import checkpoint_location, storage_options, warehouse_root
 from kraftlake.raft.describe import LogView, format_replication, format_status, replication, status
 from kraftlake.spark.queries import BackfillGuard
@@ -73,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     stale = BackfillGuard(warehouse, checkpoint_location(config, warehouse, "controller")).stale() \
         if states or replicas else None
     if stale is not None:  # the quorum query's tables missed rows an ingest added below what it had read
-        print(f"error: {stale}", file=sys.stderr)
-        return 1
+        print(f"quorum: {stale}", file=sys.stderr)
+        return FAILED
     if args.status:
         fields = status(states, replicas, log)
         print(json.dumps(dict(fields)) if args.format == JSON else format_status(fields))
