@@ -21,7 +21,7 @@ from kraftlake.codec.logdir import decode_buffer
 from kraftlake.codec.writer import encode_events, record_key_value
 from kraftlake.metadata.schemas import registry
 
-FIXTURES = ("single-broker-shutdown", "single-broker-snapshot", "single-broker-restarts")
+FIXTURES = ("single-broker-shutdown", "single-broker-snapshot", "single-broker-restarts", "three-brokers-restarts")
 SEGMENT = "__cluster_metadata-0/00000000000000000000.log"
 
 

@@ -77,7 +77,8 @@ def _expected_frames(spark: SparkSession, image: dict) -> dict[str, DataFrame]:
             "partitions": spark.createDataFrame(partitions, PARTITIONS_DDL)}
 
 
-@pytest.mark.parametrize("name", ["single-broker-shutdown", "single-broker-snapshot", "single-broker-restarts"])
+@pytest.mark.parametrize("name", ["single-broker-shutdown", "single-broker-snapshot", "single-broker-restarts",
+                                  "three-brokers-restarts"])
 def test_real_log_ends_in_the_clusters_own_image(name: str, spark: SparkSession, fixtures_dir: Path,
                                                  tmp_path: Path) -> None:
     fixture = fixtures_dir / name
@@ -89,6 +90,7 @@ def test_real_log_ends_in_the_clusters_own_image(name: str, spark: SparkSession,
     for table, keys in [("brokers", ["broker_id"]), ("topics", ["topic_id"]), ("partitions", ["topic_id", "partition"])]:
         actual = warehouse.read_df(table).select(*expected[table].columns)
         assert_df_equality(actual.orderBy(*keys), expected[table].orderBy(*keys), ignore_nullable=True)
+    assert warehouse.read_df("configs").count() == json.loads((fixture / "expected-image.json").read_text())["configs"]
 
 
 # --- generated logs -------------------------------------------------------------------------------
