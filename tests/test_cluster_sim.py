@@ -72,7 +72,10 @@ def test_the_same_seed_gives_the_same_log_and_another_seed_another():
 
 
 def test_every_request_kind_is_in_the_default_mix():
-    kinds = Counter(e["type"] for e in simulate(EVENTS, SimulationOptions(brokers=6, topics=8, partitions_per_topic=6)))
+    """With the default mix each kind is rare enough that a seed may miss one in 6,000 requests (seed 1
+    has no DeleteTopics since placement draws as Kafka's does); seed 3 has each at least five times."""
+    kinds = Counter(e["type"] for e in simulate(EVENTS, SimulationOptions(brokers=6, topics=8, partitions_per_topic=6,
+                                                                          seed=3)))
     assert set(kinds) == REQUEST_KINDS
 
 
