@@ -305,6 +305,9 @@ class ReferenceController:
             elif kind == "PartitionChangeRecord":
                 parts = self.partitions[data["TopicId"]]
                 parts[data["PartitionId"]] = merge(parts[data["PartitionId"]], data)
+            elif kind == "UnregisterBrokerRecord":
+                del self.brokers[data["BrokerId"]]
+                self.sessions.pop(data["BrokerId"], None)
             elif kind == "RemoveTopicRecord":
                 name = self.names.pop(data["TopicId"])
                 del self.topics[name], self.partitions[data["TopicId"]]
@@ -527,10 +530,7 @@ class ReferenceController:
             if name in self.topics:
                 results.append({"Name": name, "ErrorCode": ERRORS["TOPIC_ALREADY_EXISTS"]})
                 continue
-            # StripedReplicaPlacer.place: the usable brokers (not shutting down, as the heartbeat manager
-            # knows it) must include an unfenced one and be at least as many as the replication factor
-            usable = [b for b in self.brokers.values() if not self.shutting_down(b.id)]
-            if all(b.fenced for b in usable) or topic["ReplicationFactor"] > len(usable):
+            if self.cannot_place(topic["ReplicationFactor"]):
                 results.append({"Name": name, "ErrorCode": ERRORS["INVALID_REPLICATION_FACTOR"]})
                 continue
             mine = [r for r in chosen if r["type"] == "TopicRecord" and r["data"]["Name"] == name]
@@ -541,18 +541,18 @@ class ReferenceController:
             placed = [r["data"]["Replicas"] for r in chosen
                       if r["type"] == "PartitionRecord" and r["data"]["TopicId"] == topic_id]
             records.append({"type": "TopicRecord", "data": {"Name": name, "TopicId": topic_id}})
-            for index, replicas in enumerate(placed):
-                isr = [r for r in replicas if self.active(r)]
-                records.append({"type": "PartitionRecord", "data": {
-                    "PartitionId": index, "TopicId": topic_id, "Replicas": list(replicas), "Isr": isr,
-                    "RemovingReplicas": [], "AddingReplicas": [], "Leader": isr[0] if isr else NO_LEADER,
-                    "LeaderRecoveryState": RECOVERED, "LeaderEpoch": 0, "PartitionEpoch": 0,
-                    "Directories": [self.default_dir(r) for r in replicas],
-                    "EligibleLeaderReplicas": [], "LastKnownElr": []}})
+            records += [self._new_partition(topic_id, index, replicas) for index, replicas in enumerate(placed)]
             results.append({"Name": name, "ErrorCode": 0, "TopicId": topic_id, "NumPartitions": len(placed),
                             "ReplicationFactor": len(placed[0]) if placed else None,
                             "placement": placed, "requested": (topic["NumPartitions"], topic["ReplicationFactor"])})
         return Decision(records, {"Topics": results}, adopted=True)
+
+    def cannot_place(self, replication_factor: int) -> bool:
+        """``StripedReplicaPlacer.place``'s refusals: the usable brokers (not shutting down, as the
+        heartbeat manager knows it) must include an unfenced one and be at least as many as the
+        replication factor."""
+        usable = [b for b in self.brokers.values() if not self.shutting_down(b.id)]
+        return all(b.fenced for b in usable) or replication_factor > len(usable)
 
     def shutting_down(self, broker_id: int) -> bool:
         """In a controlled shutdown this controller began (the heartbeat manager's soft state)."""
@@ -577,6 +577,59 @@ class ReferenceController:
             elif len({self.brokers[r].rack for r in replicas}) != min(replication_factor, len(racks)):
                 problems.append(f"partition {index}: {replicas} spans too few racks")
         return problems
+
+    def _new_partition(self, topic_id: str, index: int, replicas: list[int]) -> dict:
+        """``buildPartitionRegistration``: the active replicas in sync, the first of them leading."""
+        isr = [r for r in replicas if self.active(r)]
+        return {"type": "PartitionRecord", "data": {
+            "PartitionId": index, "TopicId": topic_id, "Replicas": list(replicas), "Isr": isr,
+            "RemovingReplicas": [], "AddingReplicas": [], "Leader": isr[0] if isr else NO_LEADER,
+            "LeaderRecoveryState": RECOVERED, "LeaderEpoch": 0, "PartitionEpoch": 0,
+            "Directories": [self.default_dir(r) for r in replicas], "EligibleLeaderReplicas": [], "LastKnownElr": []}}
+
+    def _CreatePartitionsRequest(self, data: dict, now: int, offset: int, adopt) -> Decision:
+        """``createPartitionsForTopic``; the placement of the new partitions is the project's (random in
+        Kafka), its guarantees checked like a new topic's."""
+        chosen = adopt()
+        records, results, placements = [], [], []
+        for topic in data["Topics"]:
+            name, topic_id = topic["Name"], self.topics.get(topic["Name"])
+            parts = self.partitions.get(topic_id) if topic_id is not None else None
+            if parts is None:
+                error = "UNKNOWN_TOPIC_OR_PARTITION"
+            elif topic["Count"] <= len(parts):
+                error = "INVALID_PARTITIONS"
+            elif self.cannot_place(len(parts[0].replicas)):
+                error = "INVALID_REPLICATION_FACTOR"
+            else:
+                placed = {r["data"]["PartitionId"]: r["data"]["Replicas"] for r in chosen
+                          if r["type"] == "PartitionRecord" and r["data"]["TopicId"] == topic_id}
+                new = [placed.get(index) for index in range(len(parts), topic["Count"])]
+                if any(replicas is None for replicas in new):
+                    results.append((name, None))  # the model cannot say why the project placed none
+                    continue
+                records += [self._new_partition(topic_id, index, replicas)
+                            for index, replicas in zip(range(len(parts), topic["Count"]), new)]
+                placements.append((new, len(parts[0].replicas)))
+                error = "NONE"
+            results.append((name, ERRORS[error]))
+        return Decision(records, {"results": results, "placements": placements}, adopted=True)
+
+    def _UnregisterBrokerRequest(self, data: dict, now: int, offset: int, adopt) -> Decision:
+        """``unregisterBroker``: ``handleBrokerUnregistered``, its partitions failing over first."""
+        b = self.brokers.get(data["BrokerId"])
+        if b is None:
+            return Decision([], {"ErrorCode": ERRORS["BROKER_ID_NOT_REGISTERED"]})
+        records: list[dict] = []
+        self.failover(b.id, records)
+        records.append({"type": "UnregisterBrokerRecord", "data": {"BrokerId": b.id, "BrokerEpoch": b.epoch}})
+        return Decision(records, {"ErrorCode": 0})
+
+    def _ListPartitionReassignmentsRequest(self, data: dict, now: int, offset: int, adopt) -> Decision:
+        """Every running reassignment (``Topics`` null): no records."""
+        ongoing = sorted((self.names[p.topic_id], p.id, p.replicas, p.adding, p.removing)
+                         for p in self.all_partitions() if p.adding or p.removing)
+        return Decision([], {"ErrorCode": 0, "ongoing": ongoing})
 
     def _AlterPartitionRequest(self, data: dict, now: int, offset: int, adopt) -> Decision:
         sender = self.brokers.get(data["BrokerId"])

@@ -26,11 +26,21 @@ IMBALANCE_CHECK_MS = 300_000  # Kafka's leader.imbalance.check.interval.seconds 
 CONFIG = {"broker.session.timeout.ms": str(SESSION_TIMEOUT_MS), "broker.heartbeat.interval.ms": "2000"}
 # crashes and rolling restarts often enough that a short log holds several
 BUSY = {**DEFAULT_MIX, "crash": 1.0, "rolling_restart": 0.5}
+# and every operation the simulator knows, the ones off by default too (unregistrations, partitions
+# added, reassignments listed, unclean elections)
+EVERYTHING = {**BUSY, "create_partitions": 0.5, "list_reassignments": 0.5, "unclean_election": 0.5, "unregister": 0.5}
+SIMULATED_KINDS = {"BrokerRegistrationRequest", "BrokerHeartbeatRequest", "CreateTopicsRequest", "AlterPartitionRequest",
+                   "ElectLeadersRequest", "AlterPartitionReassignmentsRequest", "DeleteTopicsRequest"}
+EVERY_KIND = SIMULATED_KINDS | {"UnregisterBrokerRequest", "CreatePartitionsRequest", "ListPartitionReassignmentsRequest"}
 RUNS = [
     pytest.param(SimulationOptions(brokers=6, topics=8, partitions_per_topic=6, seed=11, operation_interval_ms=30_000,
-                                   mix=BUSY), 6000, id="6-brokers-3-racks"),
+                                   mix=BUSY), 6000, SIMULATED_KINDS, id="6-brokers-3-racks"),
     pytest.param(SimulationOptions(brokers=4, topics=5, partitions_per_topic=4, replication_factor=2, racks=1,
-                                   seed=7, operation_interval_ms=20_000, mix=BUSY), 4000, id="4-brokers-no-racks"),
+                                   seed=7, operation_interval_ms=20_000, mix=BUSY), 4000, SIMULATED_KINDS,
+                 id="4-brokers-no-racks"),
+    pytest.param(SimulationOptions(brokers=4, topics=4, partitions_per_topic=3, racks=2, seed=1,
+                                   operation_interval_ms=8_000, mix=EVERYTHING, stale_share=0.05), 5000, EVERY_KIND,
+                 id="4-brokers-every-request"),
 ]
 
 
@@ -66,6 +76,15 @@ def project_answer(request_type: str, data: dict, expected: dict) -> dict:
     if request_type == "AlterPartitionReassignmentsRequest":
         return {"ErrorCode": data["ErrorCode"], "results": sorted(
             (t["Name"], p["PartitionIndex"], p["ErrorCode"]) for t in data["Responses"] for p in t["Partitions"])}
+    if request_type == "CreatePartitionsRequest":
+        return {"results": [(r["Name"], r["ErrorCode"]) for r in data["Results"]],
+                "placements": expected["placements"]}
+    if request_type == "UnregisterBrokerRequest":
+        return {"ErrorCode": data["ErrorCode"]}
+    if request_type == "ListPartitionReassignmentsRequest":
+        return {"ErrorCode": data["ErrorCode"], "ongoing": sorted(
+            (t["Name"], p["PartitionIndex"], p["Replicas"], p["AddingReplicas"], p["RemovingReplicas"])
+            for t in data["Topics"] for p in t["Partitions"])}
     if request_type == "DeleteTopicsRequest":
         return {"results": sorted((t["Name"], t["ErrorCode"]) for t in data["Responses"])}
     raise AssertionError(f"the reference does not decide {request_type}")
@@ -99,6 +118,11 @@ def walk(options: SimulationOptions, events: int, schedule: str) -> dict:
                     count, factor = topic.pop("requested")
                     assert (topic["NumPartitions"], topic["ReplicationFactor"]) == (count, factor), where
                     assert reference.placement_problems(topic.pop("placement"), factor, shutting_down) == [], where
+        if kind == "CreatePartitionsRequest":
+            if any(code is None for _, code in expected["results"]):
+                pytest.fail(f"the project placed no partitions where Kafka would at {where}: {answer['data']}")
+            for placed, factor in expected["placements"]:
+                assert reference.placement_problems(placed, factor, shutting_down) == [], where
         assert project_answer(kind, answer["data"], expected) == expected, f"answers differ at {where}"
         seen[(kind, "adopted placement" if decision.adopted else "exact")] += 1
         seen["records"] += len(actual)
@@ -116,15 +140,13 @@ def _codes(value) -> list[int]:
     return []
 
 
-@pytest.mark.parametrize("options,events", RUNS)
-def test_every_decision_of_a_simulated_cluster_is_kafkas(options: SimulationOptions, events: int) -> None:
+@pytest.mark.parametrize("options,events,kinds", RUNS)
+def test_every_decision_of_a_simulated_cluster_is_kafkas(options: SimulationOptions, events: int,
+                                                         kinds: set[str]) -> None:
     """All of them but the timing of the leader-imbalance check, taken here as the project documents it
     (every interval from the take-over; the next test has Kafka's)."""
     seen = walk(options, events, EVERY_INTERVAL)
-    kinds = {kind for kind, _ in (k for k in seen if isinstance(k, tuple))}
-    assert kinds == {"BrokerRegistrationRequest", "BrokerHeartbeatRequest", "CreateTopicsRequest",
-                     "AlterPartitionRequest", "ElectLeadersRequest", "AlterPartitionReassignmentsRequest",
-                     "DeleteTopicsRequest"}
+    assert {kind for kind, _ in (k for k in seen if isinstance(k, tuple))} == kinds
     assert seen["imbalance checks"] >= 1 and seen["refused"] >= 1
 
 
@@ -134,5 +156,5 @@ def test_the_leader_imbalance_check_comes_when_kafka_schedules_it() -> None:
     """``QuorumController.maybeScheduleNextBalancePartitionLeaders`` runs after every write event and
     schedules the check one interval after the first one that leaves a partition led by another replica
     than its first (seed 11: the first failover, 67 s in, so the check comes at 367 s, not at 300 s)."""
-    options, events = RUNS[0].values
+    options, events, _ = RUNS[0].values
     walk(options, events, KAFKA_SCHEDULE)
