@@ -211,7 +211,8 @@ def story(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Run:
 
 # --- (1) the streaming job equals the core -------------------------------------------------------------
 
-TABLES = ("brokers", "topics", "configs", "partitions", "partition_history", "rejected", "controller_log", "responses")
+TABLES = ("brokers", "topics", "configs", "partitions", "partition_history", "broker_history", "features", "rejected",
+          "controller_log", "responses")
 
 
 def assert_same_table(actual: list[dict], expected: list[dict], what: str) -> None:
