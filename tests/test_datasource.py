@@ -182,3 +182,18 @@ def test_stream_of_some_columns_and_types_only(warehouse: Warehouse, tmp_path: P
     batches = run_available_now(df, tmp_path / "checkpoint")
     # batches are still bounded by offsets (0-3, 4-7, 8-9); only the rows of the type come through
     assert batches == [(0, [0, 3]), (1, [6]), (2, [9])]
+
+
+def test_a_bounded_stream_of_the_log_ends_its_micro_batches_with_whole_record_batches(
+    warehouse: Warehouse, tmp_path: Path
+) -> None:
+    """A Kafka record batch (rows sharing source and position) is never split between micro-batches, so the
+    controller sees a fencing and the partition changes before it together; one row without a position is a
+    batch of its own."""
+    positions = [0, 0, 0, 0, 0, 40, 90, 90, 90, 90, 90, 90, 90, None, 150, 150]
+    rows = log_rows(list(range(len(positions))))
+    rows = rows.append_column("source", pa.array(["00000000000000000000.log"] * len(positions)))
+    rows = rows.append_column("position", pa.array(positions, pa.int64()))
+    warehouse.append("metadata_log", rows, rows.schema)
+    batches = run_available_now(warehouse.read_stream("metadata_log", max_records_per_batch=3), tmp_path / "checkpoint")
+    assert [offsets for _, offsets in batches] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9, 10, 11, 12], [13, 14, 15]]
