@@ -12,8 +12,9 @@ import pytest
 from kraftlake.controller.shards import ShardState, apply_outputs, iter_rows, replay_log, routes, step
 from kraftlake.image.cluster_image import ClusterImage
 from kraftlake.metadata import uuids
+from kraftlake.storage.ingest import detect_kind, read_source
 
-from controller_harness import TS, ev, incarnation, log_dir
+from controller_harness import FIXTURES, TS, ev, incarnation, log_dir
 
 T1, T2 = (uuids.from_bytes(bytes([n] * 16)) for n in (1, 2))
 SEGMENT = "00000000000000000000.log"
@@ -368,3 +369,51 @@ def test_feature_levels_a_snapshot_holds_are_loaded():
         (old, old, "metadata.version", 14, None, "FeatureLevelRecord", "bootstrap"),
         (kraft, kraft, "kraft.version", 1, 0, "KRaftVersionRecord", "snapshot_loaded"),
         (mv, footer, "metadata.version", 27, 14, "FeatureLevelRecord", "snapshot_loaded")]
+
+
+# --- real logs: what their records say, read with jobs/dump.py ------------------------------------------
+
+def fixture_tables(name: str) -> dict:
+    path = FIXTURES / name / "__cluster_metadata-0"
+    return tables([e for e in read_source(path, detect_kind(path), True) if isinstance(e, dict)], 3)
+
+
+def test_single_broker_shutdown_says_when_and_why_broker_1_was_fenced():
+    """Broker 1 registers at 6 and again, same incarnation, at 8; is unfenced at 9; asks to shut down at 4871,
+    in one batch with the 54 PartitionChangeRecords that take its leaderships (4872-4925); is fenced at 4926."""
+    result = fixture_tables("single-broker-shutdown")
+    assert broker_rows(result, 1) == [
+        (6, "registered", "registration", None, None),
+        (8, "registered", "same_incarnation", None, None),
+        (9, "unfenced", "caught_up", 8, "RegisterBrokerRecord"),
+        (4871, "controlled_shutdown", "shutdown_requested", None, None),
+        (4926, "fenced", "controlled_shutdown_completed", 4871, "BrokerRegistrationChangeRecord")]
+    lost = [r for r in iter_rows(result["partition_history"]) if r["leader_before"] == 1 and r["leader"] == -1]
+    assert len(lost) == 54
+    assert {(r["cause_kind"], r["cause_offset"], r["cause_broker"]) for r in lost} == {("controlled_shutdown", 4871, 1)}
+    assert sorted(r["offset"] for r in lost) == list(range(4872, 4926))
+
+
+def test_three_brokers_restarts_registrations_fencings_and_their_partitions():
+    result = fixture_tables("three-brokers-restarts")
+    history = list(iter_rows(result["broker_history"]))
+    assert sum(r["state"] == "registered" for r in history) == 21
+    fenced = {r["offset"]: (r["broker_id"], r["cause"], r["cause_offset"]) for r in history if r["state"] == "fenced"}
+    assert fenced == {
+        470: (2, "no_controlled_shutdown", None), 471: (3, "no_controlled_shutdown", None),
+        472: (1, "no_controlled_shutdown", None), 5427: (1, "no_controlled_shutdown", None),
+        5428: (2, "no_controlled_shutdown", None), 5429: (3, "no_controlled_shutdown", None),
+        6227: (2, "no_controlled_shutdown", None), 6229: (3, "controlled_shutdown_completed", 6225),
+        6231: (1, "controlled_shutdown_completed", 6223), 6522: (2, "controlled_shutdown_completed", 6420),
+        6524: (1, "controlled_shutdown_completed", 6316), 6526: (3, "controlled_shutdown_completed", 6368),
+        7090: (2, "controlled_shutdown_completed", 6935), 7092: (3, "controlled_shutdown_completed", 6986),
+        7144: (1, "controlled_shutdown_completed", 7038), 8159: (2, "no_controlled_shutdown", None),
+        8265: (1, "controlled_shutdown_completed", 8160), 8317: (3, "controlled_shutdown_completed", 8212)}
+    changes = {r["offset"]: (r["cause_kind"], r["cause_offset"], r["cause_broker"])
+               for r in iter_rows(result["partition_history"])}
+    # one batch (8109-8211): broker 2's 50 ISR shrinks, its fencing at 8159, broker 1's controlled shutdown at
+    # 8160 and the 51 changes that move its leaderships
+    assert {changes[o] for o in range(8109, 8159)} == {("fenced", 8159, 2)}
+    assert {changes[o] for o in range(8161, 8212)} == {("controlled_shutdown", 8160, 1)}
+    # broker 2 unfenced at 6556, and in its batch the 50 partitions that had no leader elect it
+    assert {changes[o] for o in range(6557, 6607)} == {("unfenced", 6556, 2)}

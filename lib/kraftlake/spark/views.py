@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
+from kraftlake.image.cluster_image import DIR_LOST, DIR_MIGRATING, DIR_UNASSIGNED
+from kraftlake.metadata.tables import table_arrow_schema
 from kraftlake.storage import Warehouse
 
 
@@ -84,6 +86,58 @@ ORDER BY a.epoch
 """
 
 
+# Kafka's codes by name. The tables keep what Kafka's records hold (a ConfigRecord's ResourceType, a
+# LeaderRecoveryState, directory Uuids), so they read like the log and join with it; beside each, a view
+# ``<table>_decoded`` shows the same rows with those codes as Kafka names them.
+CONFIG_RESOURCE_TYPES = {2: "TOPIC", 4: "BROKER", 8: "BROKER_LOGGER", 16: "CLIENT_METRICS", 32: "GROUP"}  # else UNKNOWN
+LEADER_RECOVERY_STATES = {0: "RECOVERED", 1: "RECOVERING"}
+DIRECTORY_IDS = {DIR_MIGRATING: "MIGRATING", DIR_UNASSIGNED: "UNASSIGNED", DIR_LOST: "LOST"}  # else the id itself
+
+
+def _named(expression: str, names: Mapping[object, str], otherwise: str) -> str:
+    cases = " ".join(f"WHEN {value!r} THEN '{name}'" for value, name in names.items())
+    return f"CASE {expression} {cases} ELSE {otherwise} END"
+
+
+# table -> {column: (the view's column, its expression)}; None drops the column
+DECODED: dict[str, dict[str, tuple[str, str] | None]] = {
+    "brokers": {"fenced": ("state", "CASE WHEN fenced THEN 'fenced' WHEN in_controlled_shutdown "
+                                    "THEN 'controlled_shutdown' ELSE 'unfenced' END"),
+                "in_controlled_shutdown": None},
+    "configs": {"resource_type": ("resource_type", _named("resource_type", CONFIG_RESOURCE_TYPES, "'UNKNOWN'"))},
+    "partitions": {
+        "leader_recovery_state": ("leader_recovery_state",
+                                  _named("leader_recovery_state", LEADER_RECOVERY_STATES, "NULL")),
+        "directories": ("directories", f"transform(directories, d -> {_named('d', DIRECTORY_IDS, 'd')})")},
+    "partition_history": {"leader_recovery_state": ("leader_recovery_state",
+                                                    _named("leader_recovery_state", LEADER_RECOVERY_STATES, "NULL"))},
+}
+
+
+def decoding_view(table: str, present: list[str] | None = None) -> str:
+    """The SQL of ``<table>_decoded``: the table's columns in their order (``present``: those the warehouse's
+    table has, an older one maybe fewer; by default its schema's), codes replaced."""
+    columns = []
+    for name in present if present is not None else table_arrow_schema(table).names:
+        if name not in DECODED[table]:
+            columns.append(f"`{name}`")
+        elif DECODED[table][name] is not None:
+            alias, expression = DECODED[table][name]
+            columns.append(f"{expression} AS `{alias}`")
+    return f"SELECT {', '.join(columns)} FROM {table}"
+
+
+def register_decoding_views(warehouse: Warehouse, names: list[str]) -> list[str]:
+    """``<table>_decoded`` for each table of ``DECODED`` among ``names`` (registered already); their names."""
+    added = []
+    for table in DECODED:
+        if table in names:
+            present = warehouse.spark.table(table).columns
+            warehouse.spark.sql(decoding_view(table, present)).createOrReplaceTempView(f"{table}_decoded")
+            added.append(f"{table}_decoded")
+    return added
+
+
 def register_views(warehouse: Warehouse) -> list[str]:
     """Every table of the warehouse as a temporary view named after it, plus ``describe``,
     ``reassignments`` and ``quorum_history``."""
@@ -99,4 +153,5 @@ def register_views(warehouse: Warehouse) -> list[str]:
         if "partition_history" in names:
             warehouse.spark.sql(REASSIGNMENTS).createOrReplaceTempView("reassignments")
             names.append("reassignments")
+    names += register_decoding_views(warehouse, names)
     return names
