@@ -569,7 +569,6 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
         configs_before = {k: dict(v) for k, v in image.configs.items()} if shard == 0 else {}
         work = _Step(shard, shards, state, config or {})
         events = sorted((e for e in events if e["offset"] > state.last_offset), key=lambda e: e["offset"])
-        work.batches = _batches(events)
         if columns and changes is None:
             simple = [e["type"] == "PartitionChangeRecord" and partition_changes.is_simple(e["data"]) for e in events]
             changes = partition_changes.Changes.of_events([e for e, s in zip(events, simple) if s])
@@ -577,6 +576,7 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
         elif not columns and changes is not None:
             events = sorted(events + [changes.event(i) for i in range(len(changes))], key=lambda e: e["offset"])
             changes = None
+        work.batches = _batches(events)  # simple PartitionChangeRecords cause nothing: they are not looked at
         if changes is not None:
             changes = changes.take(np.flatnonzero(changes.offsets > state.last_offset))
             # each dict event's place among the column records: those before it are one run
@@ -610,8 +610,10 @@ def _batches(events: list[dict]) -> dict[tuple[str, int], Batch]:
     The streaming source cuts micro-batches between batches only, so a step sees each of its batches whole."""
     found: dict[tuple[str, int], Batch] = {}
     for event in events:
+        if event["type"] not in causes.CAUSE_TYPES:
+            continue
         source, position = event.get("source"), event.get("position")
-        if source is not None and position is not None and causes.bears_causes(event):
+        if source is not None and position is not None:
             found.setdefault((source, position), Batch([], {})).add(event["offset"], event["offset"], event)
     return found
 

@@ -88,9 +88,9 @@ def broker_record_kinds(event: dict) -> list[tuple[str, int]]:
     return kinds + ([(LOG_DIRS_OFFLINE, broker)] if data.get("LogDirs") else [])
 
 
-def bears_causes(event: dict) -> bool:
-    """Whether a record can be the cause of another one in its batch."""
-    return event["type"] == "TopicRecord" or bool(broker_record_kinds(event))
+# The records that can be the cause of others in their batch.
+CAUSE_TYPES = frozenset({"RegisterBrokerRecord", "UnregisterBrokerRecord", "FenceBrokerRecord", "UnfenceBrokerRecord",
+                         "BrokerRegistrationChangeRecord", "TopicRecord"})
 
 
 @dataclass
