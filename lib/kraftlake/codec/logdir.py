@@ -384,6 +384,23 @@ def read_leader_epoch_checkpoint(path: str | os.PathLike) -> list[tuple[int, int
     return entries
 
 
+def read_meta_properties(path: str | os.PathLike) -> dict[str, str]:
+    """Kafka's ``meta.properties`` at the root of a log directory (``MetaProperties``): ``key=value`` lines,
+    ``#`` comments; the cluster's id is there (``cluster.id``), never in the metadata log."""
+    values = {}
+    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ValueError(f"{path}: line {number}: expected key=value, got {line!r}")
+        values[key.strip()] = value.strip()
+    if "cluster.id" not in values:
+        raise ValueError(f"{path}: no cluster.id")
+    return values
+
+
 def read_quorum_state(path: str | os.PathLike) -> dict:
     """Kafka's ``quorum-state`` file: QuorumStateData as JSON plus its ``data_version``."""
     text = Path(path).read_text()

@@ -233,11 +233,12 @@ def _chunks(events_: Iterator[dict], size: int) -> Iterator[list[dict]]:
 
 
 def read_quorum_files(path: Path) -> tuple[list[dict], list[Rejection]]:
-    """The partition directory's ``quorum-state`` and ``leader-epoch-checkpoint``, when present, as
-    ``quorum_files`` rows; a file that is not what its name says is a rejection (the log still goes in)."""
+    """The partition directory's ``quorum-state`` and ``leader-epoch-checkpoint``, and its log directory's
+    ``meta.properties`` (where Kafka keeps the cluster id), when present, as ``quorum_files`` rows; a file
+    that is not what its name says is a rejection (the log still goes in)."""
     rows, rejections = [], []
-    for name in ("quorum-state", "leader-epoch-checkpoint"):
-        file = path / name
+    for file in (path / "quorum-state", path / "leader-epoch-checkpoint", path.parent / "meta.properties"):
+        name = file.name
         if not file.is_file():
             continue
         content = file.read_bytes()
@@ -250,8 +251,10 @@ def read_quorum_files(path: Path) -> tuple[list[dict], list[Rejection]]:
                 row.update(leader_id=state.get("leaderId"), leader_epoch=state.get("leaderEpoch"),
                            voted_id=state.get("votedId"),
                            current_voters=None if voters is None else [v["voterId"] for v in voters])
-            else:
+            elif name == "leader-epoch-checkpoint":
                 row["epochs"] = [{"epoch": e, "start_offset": o} for e, o in codec.read_leader_epoch_checkpoint(file)]
+            else:
+                codec.read_meta_properties(file)
         except (ValueError, KeyError, TypeError) as exc:
             rejections.append(Rejection(str(file), None, None, "CORRUPT_MESSAGE", f"{name}: {exc}",
                                         content[:RAW_LIMIT], len(content), unit="line"))
