@@ -5,6 +5,7 @@ equal the core's replay, and the SQL views name Kafka's codes."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -28,8 +29,13 @@ SPLITTING_LIMIT = 2436
 
 def test_a_real_shutdown_in_micro_batches_that_would_split_its_batch(spark: SparkSession, fixtures_dir: Path,
                                                                      tmp_path: Path) -> None:
+    # the log as it lies in its broker's log directory, where Kafka keeps the cluster id
+    log_dir = tmp_path / "kraft-combined-logs"
+    shutil.copytree(fixtures_dir / "single-broker-shutdown" / "__cluster_metadata-0", log_dir / "__cluster_metadata-0")
+    (log_dir / "meta.properties").write_text("#\n#Fri Jan 30 16:43:54 UTC 2026\nnode.id=1\ndirectory.id=XHhkr4tkSsD900pOQ8pPfg\n"
+                                             "version=1\ncluster.id=5L6g3nShT-eMCtK--X86sw\n")
     warehouse = Warehouse(str(tmp_path / "warehouse"), spark=spark)
-    ingest_source(warehouse, str(fixtures_dir / "single-broker-shutdown" / "__cluster_metadata-0"))
+    ingest_source(warehouse, str(log_dir / "__cluster_metadata-0"))
     checkpoint = tmp_path / "checkpoint"
     run_controller(warehouse, checkpoint, SHARDS, SPLITTING_LIMIT)
     assert_same_tables(warehouse_tables(warehouse), reference_tables(logged_events(warehouse), SHARDS),
@@ -38,7 +44,7 @@ def test_a_real_shutdown_in_micro_batches_that_would_split_its_batch(spark: Spar
     assert 4925 in ends and not any(4871 <= end < 4925 for end in ends), ends
 
     names = register_views(warehouse)
-    assert {"brokers_decoded", "configs_decoded", "partitions_decoded", "partition_history_decoded"} <= set(names)
+    assert {"brokers_decoded", "configs_decoded", "partitions_decoded", "partition_history_decoded", "cluster"} <= set(names)
     fenced = spark.sql("SELECT offset, cause, cause_offset FROM broker_history WHERE broker_id = 1 AND state = 'fenced'")
     assert [tuple(r) for r in fenced.collect()] == [(4926, "controlled_shutdown_completed", 4871)]
     why = spark.sql("SELECT DISTINCT h.cause_kind, b.offset, b.cause FROM partition_history h JOIN broker_history b "
@@ -49,6 +55,9 @@ def test_a_real_shutdown_in_micro_batches_that_would_split_its_batch(spark: Spar
     assert [tuple(r) for r in spark.sql("SELECT state FROM brokers_decoded").collect()] == [("fenced",)]
     assert [tuple(r) for r in spark.sql("SELECT DISTINCT leader_recovery_state FROM partitions_decoded").collect()] == [
         ("RECOVERED",)]
+    # the bootstrap records set metadata.version 19 (offset 2); the log holds no other feature level
+    assert [tuple(r) for r in spark.sql("SELECT * FROM cluster").collect()] == [
+        ("5L6g3nShT-eMCtK--X86sw", "meta.properties", 19, {"metadata.version": 19})]
 
 
 def committed_offset_of(checkpoint: Path, batch: int) -> int | None:

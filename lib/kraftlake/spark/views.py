@@ -7,6 +7,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from kraftlake.image.cluster_image import DIR_LOST, DIR_MIGRATING, DIR_UNASSIGNED
+from kraftlake.metadata.schemas import registry
 from kraftlake.metadata.tables import table_arrow_schema
 from kraftlake.storage import Warehouse
 
@@ -138,6 +139,37 @@ def register_decoding_views(warehouse: Warehouse, names: list[str]) -> list[str]
     return added
 
 
+def cluster_view(names: list[str], log_columns: list[str]) -> str | None:
+    """The SQL of ``cluster``, over the tables among ``names`` (``log_columns``: metadata_log's, an older
+    table may lack a newer type's): the cluster's id, where the input has it, and
+    its finalized feature levels now (the last ``features`` row of each). Kafka keeps the id in each log
+    directory's meta.properties, not in the metadata log; the log holds it only in requests (a hand-written
+    BrokerRegistrationRequest, the quorum's traffic). The first place that has one, in this order, says it."""
+    found = []
+    if "quorum_files" in names:
+        # Spark unescapes the literal's \t, \r, \n into the characters: the regex holds no backslash
+        found.append("SELECT regexp_extract(content, '(?m)^[ \\t]*cluster[.]id[ \\t]*=[ \\t]*([^ \\t\\r\\n]+)', 1) AS id, "
+                     "'meta.properties' AS found_in, 0 AS rank FROM quorum_files WHERE kind = 'meta.properties'")
+    carrying = sorted(m.name for m in registry().event_types() if "ClusterId" in m.by_name and m.name in log_columns)
+    if "metadata_log" in names and carrying:
+        found.append(f"SELECT coalesce({', '.join(f'{t}.ClusterId' for t in carrying)}), type, "
+                     "CASE type WHEN 'BrokerRegistrationRequest' THEN 1 ELSE 2 END FROM metadata_log "
+                     f"WHERE type IN ({', '.join(repr(t) for t in carrying)})")
+    if "quorum_files" in names:
+        found.append("SELECT get_json_object(content, '$.clusterId'), 'quorum-state', 99 FROM quorum_files "
+                     "WHERE kind = 'quorum-state'")
+    if not found or "features" not in names:
+        return None
+    return f"""
+WITH ids AS ({' UNION ALL '.join(found)}),
+known AS (SELECT id, found_in FROM ids WHERE id IS NOT NULL AND id <> '' ORDER BY rank, found_in LIMIT 1),
+levels AS (SELECT feature, max_by(level, struct(applied_offset, offset)) AS level FROM features GROUP BY feature)
+SELECT (SELECT id FROM known) AS cluster_id, (SELECT found_in FROM known) AS cluster_id_from,
+       (SELECT level FROM levels WHERE feature = 'metadata.version') AS metadata_version,
+       (SELECT map_from_entries(sort_array(collect_list(struct(feature, level)))) FROM levels) AS features
+"""
+
+
 def register_views(warehouse: Warehouse) -> list[str]:
     """Every table of the warehouse as a temporary view named after it, plus ``describe``,
     ``reassignments`` and ``quorum_history``."""
@@ -154,4 +186,8 @@ def register_views(warehouse: Warehouse) -> list[str]:
             warehouse.spark.sql(REASSIGNMENTS).createOrReplaceTempView("reassignments")
             names.append("reassignments")
     names += register_decoding_views(warehouse, names)
+    cluster = cluster_view(names, warehouse.spark.table("metadata_log").columns if "metadata_log" in names else [])
+    if cluster is not None:
+        warehouse.spark.sql(cluster).createOrReplaceTempView("cluster")
+        names.append("cluster")
     return names
