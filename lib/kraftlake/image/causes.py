@@ -101,7 +101,7 @@ class Batch:
     among a decision's); ``offset`` is what a cause names (a decision's records all carry its request's).
     """
 
-    brokers: list[tuple[int, int, str, int]]  # (place, offset, kind, broker id)
+    brokers: list[tuple[int, int, str, int, Cause]]  # (place, offset, kind, broker id, the cause it is)
     topics: dict[str, int]  # topic id -> offset of its TopicRecord
 
     @classmethod
@@ -110,23 +110,25 @@ class Batch:
         left out."""
         batch = cls([], {})
         for place, offset, event in records:
-            batch.add(place, offset, event)
+            if event["type"] in CAUSE_TYPES:
+                batch.add(place, offset, event)
         return batch
 
     def add(self, place: int, offset: int, event: dict) -> None:
         if event["type"] == "TopicRecord":
             self.topics[normalize_uuid(event["data"]["TopicId"])] = offset
-        self.brokers.extend((place, offset, kind, broker) for kind, broker in broker_record_kinds(event))
+        self.brokers.extend((place, offset, kind, broker, Cause(kind, offset, broker))
+                            for kind, broker in broker_record_kinds(event))
 
     def broker_cause(self, place: int, before: PartitionRegistration, after: PartitionRegistration) -> Cause | None:
         """The nearest broker record on the side its kind writes its partition changes that explains the change."""
-        best: tuple[int, Cause] | None = None
-        for at, offset, kind, broker in self.brokers:
+        best, nearest = None, 0
+        for at, _, kind, broker, cause in self.brokers:
             if at == place or (at < place) != (kind in _RECORD_FIRST) or not explains(kind, broker, before, after):
                 continue
-            if best is None or abs(place - at) < best[0]:
-                best = (abs(place - at), Cause(kind, offset, broker))
-        return None if best is None else best[1]
+            if best is None or abs(place - at) < nearest:
+                best, nearest = cause, abs(place - at)
+        return best
 
 
 def explains(kind: str, broker: int, before: PartitionRegistration, after: PartitionRegistration) -> bool:
@@ -194,7 +196,7 @@ def change_causes(places: np.ndarray, groups: np.ndarray, batches: list[Batch], 
         before, after = leader[0][rows], leader[1][rows]
         codes = np.unique(isr[0][rows])
         best = np.full(len(rows), np.iinfo(np.int64).max)
-        for place, offset, kind, broker in batch.brokers:
+        for place, offset, kind, broker, _ in batch.brokers:
             if kind == UNFENCED:
                 explained = (before == NO_LEADER) & (after != NO_LEADER)
             else:
