@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 from kraftlake.codec.events import validate_event
 from kraftlake.codec.writer import write_partition_dir
 from kraftlake.image.cluster_image import DIR_LOST, DIR_MIGRATING, DIR_UNASSIGNED
-from kraftlake.spark.views import decoding_view, register_views
+from kraftlake.spark.views import cluster_view, decoding_view, register_views
 from kraftlake.storage import Warehouse
 from kraftlake.storage.ingest import ingest_source
 from streaming_helpers import (assert_same_tables, committed_offset, generate_log, logged_events, reference_tables,
@@ -98,3 +98,17 @@ def test_the_decoding_views_name_directory_ids_and_keep_other_codes(spark: Spark
                           ).createOrReplaceTempView("configs")
     names = [r.resource_type for r in spark.sql(decoding_view("configs")).collect()]
     assert names == ["TOPIC", "BROKER", "BROKER_LOGGER", "CLIENT_METRICS", "GROUP", "UNKNOWN"]
+
+
+def test_the_cluster_view_without_meta_properties_takes_the_id_a_request_names(spark: SparkSession) -> None:
+    """No quorum_files (hand-written events only): the id of a BrokerRegistrationRequest; the levels of the
+    last row of each feature."""
+    spark.createDataFrame([("BrokerHeartbeatRequest", None), ("BrokerRegistrationRequest", ("fPZv1VBsRFmnlRvmGcOW9w",))],
+                          "type STRING, BrokerRegistrationRequest STRUCT<ClusterId: STRING>",
+                          ).createOrReplaceTempView("metadata_log")
+    spark.createDataFrame([(2, 4, "metadata.version", 14), (9, 9, "metadata.version", 19), (12, 12, "kraft.version", 1)],
+                          "offset BIGINT, applied_offset BIGINT, feature STRING, level SMALLINT",
+                          ).createOrReplaceTempView("features")
+    sql = cluster_view(["metadata_log", "features"], ["type", "BrokerRegistrationRequest"])
+    assert [tuple(r) for r in spark.sql(sql).collect()] == [
+        ("fPZv1VBsRFmnlRvmGcOW9w", "BrokerRegistrationRequest", 19, {"kraft.version": 1, "metadata.version": 19})]

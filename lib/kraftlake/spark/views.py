@@ -152,11 +152,12 @@ def cluster_view(names: list[str], log_columns: list[str]) -> str | None:
                      "'meta.properties' AS found_in, 0 AS rank FROM quorum_files WHERE kind = 'meta.properties'")
     carrying = sorted(m.name for m in registry().event_types() if "ClusterId" in m.by_name and m.name in log_columns)
     if "metadata_log" in names and carrying:
-        found.append(f"SELECT coalesce({', '.join(f'{t}.ClusterId' for t in carrying)}), type, "
-                     "CASE type WHEN 'BrokerRegistrationRequest' THEN 1 ELSE 2 END FROM metadata_log "
+        found.append(f"SELECT coalesce({', '.join(f'{t}.ClusterId' for t in carrying)}) AS id, type AS found_in, "
+                     "CASE type WHEN 'BrokerRegistrationRequest' THEN 1 ELSE 2 END AS rank FROM metadata_log "
                      f"WHERE type IN ({', '.join(repr(t) for t in carrying)})")
     if "quorum_files" in names:
-        found.append("SELECT get_json_object(content, '$.clusterId'), 'quorum-state', 99 FROM quorum_files "
+        found.append("SELECT get_json_object(content, '$.clusterId') AS id, 'quorum-state' AS found_in, 99 AS rank "
+                     "FROM quorum_files "
                      "WHERE kind = 'quorum-state'")
     if not found or "features" not in names:
         return None
