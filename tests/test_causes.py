@@ -159,8 +159,9 @@ def test_several_decisions_in_one_batch_each_take_their_own_changes():
     fence, shutdown = offsets[2], offsets[3]
     result = tables(log.events)
     assert causes_at(result, *offsets) == [
-        (offsets[0], "fenced", fence, 2), (offsets[1], "fenced", fence, 2), (offsets[4], "controlled_shutdown", shutdown, 1),
-        (offsets[5], "controlled_shutdown", shutdown, 1), (offsets[6], "controlled_shutdown", shutdown, 1)]
+        (offsets[0], "fenced", fence, 2), (offsets[1], "fenced", fence, 2),
+        (offsets[4], "controlled_shutdown", shutdown, 1), (offsets[5], "controlled_shutdown", shutdown, 1),
+        (offsets[6], "controlled_shutdown", shutdown, 1)]
 
 
 def test_a_fencing_that_only_bumps_the_leader_epoch_of_its_last_isr_member_is_still_its():
@@ -337,8 +338,8 @@ def test_micro_batches_cut_between_record_batches_change_no_cause():
 # --- features --------------------------------------------------------------------------------------------
 
 def features(result: dict) -> list[tuple]:
-    return sorted((r["offset"], r["applied_offset"], r["feature"], r["level"], r["level_before"], r["record"], r["cause"])
-                  for r in iter_rows(result.get("features", [])))
+    return sorted((r["offset"], r["applied_offset"], r["feature"], r["level"], r["level_before"], r["record"],
+                   r["cause"]) for r in iter_rows(result.get("features", [])))
 
 
 def test_feature_levels_are_bootstrap_before_any_registration_then_updates():

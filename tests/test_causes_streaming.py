@@ -32,8 +32,9 @@ def test_a_real_shutdown_in_micro_batches_that_would_split_its_batch(spark: Spar
     # the log as it lies in its broker's log directory, where Kafka keeps the cluster id
     log_dir = tmp_path / "kraft-combined-logs"
     shutil.copytree(fixtures_dir / "single-broker-shutdown" / "__cluster_metadata-0", log_dir / "__cluster_metadata-0")
-    (log_dir / "meta.properties").write_text("#\n#Fri Jan 30 16:43:54 UTC 2026\nnode.id=1\ndirectory.id=XHhkr4tkSsD900pOQ8pPfg\n"
-                                             "version=1\ncluster.id=5L6g3nShT-eMCtK--X86sw\n")
+    (log_dir / "meta.properties").write_text("#\n#Fri Jan 30 16:43:54 UTC 2026\nnode.id=1\n"
+                                             "directory.id=XHhkr4tkSsD900pOQ8pPfg\nversion=1\n"
+                                             "cluster.id=5L6g3nShT-eMCtK--X86sw\n")
     warehouse = Warehouse(str(tmp_path / "warehouse"), spark=spark)
     ingest_source(warehouse, str(log_dir / "__cluster_metadata-0"))
     checkpoint = tmp_path / "checkpoint"
@@ -44,8 +45,10 @@ def test_a_real_shutdown_in_micro_batches_that_would_split_its_batch(spark: Spar
     assert 4925 in ends and not any(4871 <= end < 4925 for end in ends), ends
 
     names = register_views(warehouse)
-    assert {"brokers_decoded", "configs_decoded", "partitions_decoded", "partition_history_decoded", "cluster"} <= set(names)
-    fenced = spark.sql("SELECT offset, cause, cause_offset FROM broker_history WHERE broker_id = 1 AND state = 'fenced'")
+    assert {"brokers_decoded", "configs_decoded", "partitions_decoded", "partition_history_decoded",
+            "cluster"} <= set(names)
+    fenced = spark.sql("SELECT offset, cause, cause_offset FROM broker_history "
+                       "WHERE broker_id = 1 AND state = 'fenced'")
     assert [tuple(r) for r in fenced.collect()] == [(4926, "controlled_shutdown_completed", 4871)]
     why = spark.sql("SELECT DISTINCT h.cause_kind, b.offset, b.cause FROM partition_history h JOIN broker_history b "
                     "ON h.cause_offset = b.offset AND h.cause_broker = b.broker_id AND h.cause_kind = b.state "
@@ -103,10 +106,12 @@ def test_the_decoding_views_name_directory_ids_and_keep_other_codes(spark: Spark
 def test_the_cluster_view_without_meta_properties_takes_the_id_a_request_names(spark: SparkSession) -> None:
     """No quorum_files (hand-written events only): the id of a BrokerRegistrationRequest; the levels of the
     last row of each feature."""
-    spark.createDataFrame([("BrokerHeartbeatRequest", None), ("BrokerRegistrationRequest", ("fPZv1VBsRFmnlRvmGcOW9w",))],
+    spark.createDataFrame([("BrokerHeartbeatRequest", None),
+                           ("BrokerRegistrationRequest", ("fPZv1VBsRFmnlRvmGcOW9w",))],
                           "type STRING, BrokerRegistrationRequest STRUCT<ClusterId: STRING>",
                           ).createOrReplaceTempView("metadata_log")
-    spark.createDataFrame([(2, 4, "metadata.version", 14), (9, 9, "metadata.version", 19), (12, 12, "kraft.version", 1)],
+    spark.createDataFrame([(2, 4, "metadata.version", 14), (9, 9, "metadata.version", 19),
+                           (12, 12, "kraft.version", 1)],
                           "offset BIGINT, applied_offset BIGINT, feature STRING, level SMALLINT",
                           ).createOrReplaceTempView("features")
     sql = cluster_view(["metadata_log", "features"], ["type", "BrokerRegistrationRequest"])

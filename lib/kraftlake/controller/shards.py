@@ -154,7 +154,8 @@ class ShardState:
             return cls(ClusterImage())
         size = int.from_bytes(raw[8:12], "big")
         soft = json.loads(raw[12:12 + size])
-        marks = {broker: {state: (offset, type_) for state, offset, type_ in m} for broker, m in soft.get("marks", [])}
+        marks = {broker: {state: (offset, type_) for state, offset, type_ in m}
+                 for broker, m in soft.get("marks", [])}
         return cls(ClusterImage.from_bytes(raw[12 + size:]), int.from_bytes(raw[:8], "big", signed=True),
                    ControllerState.from_dict(soft["controller"]), soft["in_term"], marks)
 
@@ -264,7 +265,8 @@ class _Step:
             self.request(event)
             return
         self.state.in_term = False  # a record another controller wrote: its term, not ours
-        self.apply(event, event, event["type"] in TOPIC_SCOPED or self.shard == 0, self.batch_of(event), event["offset"])
+        reporter = event["type"] in TOPIC_SCOPED or self.shard == 0
+        self.apply(event, event, reporter, self.batch_of(event), event["offset"])
 
     def batch_of(self, event: dict) -> Batch | None:
         """The causes in ``event``'s batch of the log (``causes``), if any."""
@@ -327,11 +329,13 @@ class _Step:
             else:
                 reason, named = causes.broker_cause(state, before, after, registration, marks or {})
             if cause is not event:  # this controller's decision: it knows why, and the request is the cause
-                reason, named = decided_cause(state, reason, cause, self.before_decision), (cause["offset"], cause["type"])
+                reason = decided_cause(state, reason, cause, self.before_decision)
+                named = (cause["offset"], cause["type"])
             self.out.add("broker_history", "append", event["offset"], {
                 "offset": event["offset"], "timestamp": event["timestamp"], "broker_id": broker.id,
                 "epoch": broker.epoch, "incarnation_id": broker.incarnation_id, "state": state, "cause": reason,
-                "cause_offset": None if named is None else named[0], "cause_type": None if named is None else named[1],
+                "cause_offset": None if named is None else named[0],
+                "cause_type": None if named is None else named[1],
                 "record": kind, "fenced": None if after is None else after.fenced,
                 "in_controlled_shutdown": None if after is None else after.in_controlled_shutdown})
             if kind == "SnapshotFooterRecord" and state == causes.REGISTERED:
@@ -461,7 +465,8 @@ class _Step:
             groups = np.fromiter((index.get(key, -1) for key in zip(changes.sources, changes.positions)), np.int64, n)
         kinds, offsets, brokers = causes.change_causes(changes.offsets, groups, batches, applied.leader, applied.isr,
                                                        self.image.store.ints.values)
-        return {"cause_kind": pa.DictionaryArray.from_arrays(pa.array(kinds, pa.int8()), pa.array(causes.COLUMN_KINDS)),
+        names = pa.array(causes.COLUMN_KINDS)
+        return {"cause_kind": pa.DictionaryArray.from_arrays(pa.array(kinds, pa.int8()), names),
                 "cause_offset": pa.array(offsets, pa.int64(), mask=offsets < 0),
                 "cause_broker": pa.array(brokers, pa.int32(), mask=brokers < 0)}
 

@@ -219,7 +219,8 @@ def broker_transitions(before: BrokerRegistration | None, after: BrokerRegistrat
     if after is None:
         return [UNREGISTERED]
     same = before is not None and before.incarnation_id == after.incarnation_id
-    fenced, shutting_down = (before.fenced, before.in_controlled_shutdown) if same or not registration else (True, False)
+    fenced, shutting_down = ((before.fenced, before.in_controlled_shutdown) if same or not registration
+                             else (True, False))
     states = [REGISTERED] if registration else []
     if after.in_controlled_shutdown and not shutting_down:
         states.append(CONTROLLED_SHUTDOWN)

@@ -61,8 +61,8 @@ class Settings:
                 name, level = KRAFT_VERSION, data["KRaftVersion"]
             else:
                 continue
-            rows.append({"offset": record["offset"], "timestamp": record["timestamp"], "applied_offset": event["offset"],
-                         "feature": name, "level": level, "level_before": self.levels.get(name),
-                         "record": record["type"], "cause": self.how})
+            rows.append({"offset": record["offset"], "timestamp": record["timestamp"],
+                         "applied_offset": event["offset"], "feature": name, "level": level,
+                         "level_before": self.levels.get(name), "record": record["type"], "cause": self.how})
             self.levels[name] = level
         return rows

@@ -148,8 +148,8 @@ def cluster_view(names: list[str], log_columns: list[str]) -> str | None:
     found = []
     if "quorum_files" in names:
         # Spark unescapes the literal's \t, \r, \n into the characters: the regex holds no backslash
-        found.append("SELECT regexp_extract(content, '(?m)^[ \\t]*cluster[.]id[ \\t]*=[ \\t]*([^ \\t\\r\\n]+)', 1) AS id, "
-                     "'meta.properties' AS found_in, 0 AS rank FROM quorum_files WHERE kind = 'meta.properties'")
+        found.append("SELECT regexp_extract(content, '(?m)^[ \\t]*cluster[.]id[ \\t]*=[ \\t]*([^ \\t\\r\\n]+)', 1) "
+                     "AS id, 'meta.properties' AS found_in, 0 AS rank FROM quorum_files WHERE kind = 'meta.properties'")
     carrying = sorted(m.name for m in registry().event_types() if "ClusterId" in m.by_name and m.name in log_columns)
     if "metadata_log" in names and carrying:
         found.append(f"SELECT coalesce({', '.join(f'{t}.ClusterId' for t in carrying)}) AS id, type AS found_in, "
@@ -157,8 +157,7 @@ def cluster_view(names: list[str], log_columns: list[str]) -> str | None:
                      f"WHERE type IN ({', '.join(repr(t) for t in carrying)})")
     if "quorum_files" in names:
         found.append("SELECT get_json_object(content, '$.clusterId') AS id, 'quorum-state' AS found_in, 99 AS rank "
-                     "FROM quorum_files "
-                     "WHERE kind = 'quorum-state'")
+                     "FROM quorum_files WHERE kind = 'quorum-state'")
     if not found or "features" not in names:
         return None
     return f"""
