@@ -489,6 +489,24 @@ def read_leader_epoch_checkpoint(path: str | os.PathLike, content: bytes | None 
     return entries
 
 
+def read_meta_properties(path: str | os.PathLike, content: bytes | None = None) -> dict[str, str]:
+    """Kafka's ``meta.properties`` at the root of a log directory (``MetaProperties``): ``key=value`` lines,
+    ``#`` comments; the cluster's id is there (``cluster.id``), never in the metadata log. ``content``: the
+    file's bytes, when the caller read them already."""
+    values = {}
+    for number, line in enumerate(_text(path, content).splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ValueError(f"{path}: line {number}: expected key=value, got {shown(line)}")
+        values[key.strip()] = value.strip()
+    if "cluster.id" not in values:
+        raise ValueError(f"{path}: no cluster.id")
+    return values
+
+
 def read_quorum_state(path: str | os.PathLike, content: bytes | None = None) -> dict:
     """Kafka's ``quorum-state`` file: QuorumStateData as JSON plus its ``data_version``. ``content``: the
     file's bytes, when the caller read them already."""

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
+from kraftlake.image.cluster_image import DIR_LOST, DIR_MIGRATING, DIR_UNASSIGNED
+from kraftlake.metadata.schemas import registry
+from kraftlake.metadata.tables import table_arrow_schema
 from kraftlake.storage import Warehouse
 
 
@@ -84,6 +87,89 @@ ORDER BY a.epoch
 """
 
 
+# Kafka's codes by name. The tables keep what Kafka's records hold (a ConfigRecord's ResourceType, a
+# LeaderRecoveryState, directory Uuids), so they read like the log and join with it; beside each, a view
+# ``<table>_decoded`` shows the same rows with those codes as Kafka names them.
+CONFIG_RESOURCE_TYPES = {2: "TOPIC", 4: "BROKER", 8: "BROKER_LOGGER", 16: "CLIENT_METRICS", 32: "GROUP"}  # else UNKNOWN
+LEADER_RECOVERY_STATES = {0: "RECOVERED", 1: "RECOVERING"}
+DIRECTORY_IDS = {DIR_MIGRATING: "MIGRATING", DIR_UNASSIGNED: "UNASSIGNED", DIR_LOST: "LOST"}  # else the id itself
+
+
+def _named(expression: str, names: Mapping[object, str], otherwise: str) -> str:
+    cases = " ".join(f"WHEN {value!r} THEN '{name}'" for value, name in names.items())
+    return f"CASE {expression} {cases} ELSE {otherwise} END"
+
+
+# table -> {column: (the view's column, its expression)}; None drops the column
+DECODED: dict[str, dict[str, tuple[str, str] | None]] = {
+    "brokers": {"fenced": ("state", "CASE WHEN fenced THEN 'fenced' WHEN in_controlled_shutdown "
+                                    "THEN 'controlled_shutdown' ELSE 'unfenced' END"),
+                "in_controlled_shutdown": None},
+    "configs": {"resource_type": ("resource_type", _named("resource_type", CONFIG_RESOURCE_TYPES, "'UNKNOWN'"))},
+    "partitions": {
+        "leader_recovery_state": ("leader_recovery_state",
+                                  _named("leader_recovery_state", LEADER_RECOVERY_STATES, "NULL")),
+        "directories": ("directories", f"transform(directories, d -> {_named('d', DIRECTORY_IDS, 'd')})")},
+    "partition_history": {"leader_recovery_state": ("leader_recovery_state",
+                                                    _named("leader_recovery_state", LEADER_RECOVERY_STATES, "NULL"))},
+}
+
+
+def decoding_view(table: str, present: list[str] | None = None) -> str:
+    """The SQL of ``<table>_decoded``: the table's columns in their order (``present``: those the warehouse's
+    table has, an older one maybe fewer; by default its schema's), codes replaced."""
+    columns = []
+    for name in present if present is not None else table_arrow_schema(table).names:
+        if name not in DECODED[table]:
+            columns.append(f"`{name}`")
+        elif DECODED[table][name] is not None:
+            alias, expression = DECODED[table][name]
+            columns.append(f"{expression} AS `{alias}`")
+    return f"SELECT {', '.join(columns)} FROM {table}"
+
+
+def register_decoding_views(warehouse: Warehouse, names: list[str]) -> list[str]:
+    """``<table>_decoded`` for each table of ``DECODED`` among ``names`` (registered already); their names."""
+    added = []
+    for table in DECODED:
+        if table in names:
+            present = warehouse.spark.table(table).columns
+            warehouse.spark.sql(decoding_view(table, present)).createOrReplaceTempView(f"{table}_decoded")
+            added.append(f"{table}_decoded")
+    return added
+
+
+def cluster_view(names: list[str], log_columns: list[str]) -> str | None:
+    """The SQL of ``cluster``, over the tables among ``names`` (``log_columns``: metadata_log's, an older
+    table may lack a newer type's): the cluster's id, where the input has it, and
+    its finalized feature levels now (the last ``features`` row of each). Kafka keeps the id in each log
+    directory's meta.properties, not in the metadata log; the log holds it only in requests (a hand-written
+    BrokerRegistrationRequest, the quorum's traffic). The first place that has one, in this order, says it."""
+    found = []
+    if "quorum_files" in names:
+        # Spark unescapes the literal's \t, \r, \n into the characters: the regex holds no backslash
+        found.append("SELECT regexp_extract(content, '(?m)^[ \\t]*cluster[.]id[ \\t]*=[ \\t]*([^ \\t\\r\\n]+)', 1) "
+                     "AS id, 'meta.properties' AS found_in, 0 AS rank FROM quorum_files WHERE kind = 'meta.properties'")
+    carrying = sorted(m.name for m in registry().event_types() if "ClusterId" in m.by_name and m.name in log_columns)
+    if "metadata_log" in names and carrying:
+        found.append(f"SELECT coalesce({', '.join(f'{t}.ClusterId' for t in carrying)}) AS id, type AS found_in, "
+                     "CASE type WHEN 'BrokerRegistrationRequest' THEN 1 ELSE 2 END AS rank FROM metadata_log "
+                     f"WHERE type IN ({', '.join(repr(t) for t in carrying)})")
+    if "quorum_files" in names:
+        found.append("SELECT get_json_object(content, '$.clusterId') AS id, 'quorum-state' AS found_in, 99 AS rank "
+                     "FROM quorum_files WHERE kind = 'quorum-state'")
+    if not found or "features" not in names:
+        return None
+    return f"""
+WITH ids AS ({' UNION ALL '.join(found)}),
+known AS (SELECT id, found_in FROM ids WHERE id IS NOT NULL AND id <> '' ORDER BY rank, found_in LIMIT 1),
+levels AS (SELECT feature, max_by(level, struct(applied_offset, offset)) AS level FROM features GROUP BY feature)
+SELECT (SELECT id FROM known) AS cluster_id, (SELECT found_in FROM known) AS cluster_id_from,
+       (SELECT level FROM levels WHERE feature = 'metadata.version') AS metadata_version,
+       (SELECT map_from_entries(sort_array(collect_list(struct(feature, level)))) FROM levels) AS features
+"""
+
+
 def register_views(warehouse: Warehouse) -> list[str]:
     """Every table of the warehouse as a temporary view named after it, plus ``describe``,
     ``reassignments`` and ``quorum_history``."""
@@ -99,4 +185,9 @@ def register_views(warehouse: Warehouse) -> list[str]:
         if "partition_history" in names:
             warehouse.spark.sql(REASSIGNMENTS).createOrReplaceTempView("reassignments")
             names.append("reassignments")
+    names += register_decoding_views(warehouse, names)
+    cluster = cluster_view(names, warehouse.spark.table("metadata_log").columns if "metadata_log" in names else [])
+    if cluster is not None:
+        warehouse.spark.sql(cluster).createOrReplaceTempView("cluster")
+        names.append("cluster")
     return names

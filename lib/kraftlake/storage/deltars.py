@@ -241,6 +241,34 @@ def nth_value_after(table: DeltaTable, column: str, after: int, n: int) -> int |
     return int(smallest[n - 1]) if len(smallest) >= n else None
 
 
+# The most records Kafka's controller writes in one record batch (QuorumController.MAX_RECORDS_PER_BATCH): how far
+# ``batch_end`` looks for the end of a batch.
+MAX_BATCH_RECORDS = 10_000
+
+
+def batch_end(table: DeltaTable, column: str, at: int, bound: int = MAX_BATCH_RECORDS) -> int:
+    """The last value of ``column`` in the record batch that holds the row at ``at``: the rows from it on that
+    share its ``source`` and ``position`` (a Kafka record batch, whose records ingest gives one position), at
+    most ``bound`` values on. A row without a source or position is a batch of its own.
+
+    The window read grows from a few hundred rows: most batches are short, and a long one is read once more.
+    """
+    size = min(256, bound)
+    while True:
+        rows = read_range(table, column, at - 1, at + size, [column, "source", "position"])
+        values = rows.column(column).to_numpy()
+        source, position = rows.column("source")[0], rows.column("position")[0]
+        if not source.is_valid or not position.is_valid:
+            return at
+        same = pc.and_(pc.equal(rows.column("source"), source), pc.equal(rows.column("position"), position))
+        same = pc.fill_null(same, False).to_numpy(zero_copy_only=False)
+        if not same.all():
+            return int(values[int(np.argmin(same)) - 1])
+        if size >= bound:
+            return int(values[-1])
+        size = min(size * 8, bound)
+
+
 def split_range(table: DeltaTable, column: str, lo: int, hi: int, target_rows: int) -> list[tuple[int, int]]:
     """Cut (lo, hi] into consecutive ranges of about ``target_rows`` rows each, at row-group boundaries.
 

@@ -620,13 +620,13 @@ def _chunks(events_: Iterator[dict], size: int) -> Iterator[list[dict]]:
 
 
 def read_quorum_files(path: Path, limits: Limits | None = None) -> tuple[list[dict], list[Rejection]]:
-    """The partition directory's ``quorum-state`` and ``leader-epoch-checkpoint``, when present, as
-    ``quorum_files`` rows; a file that is not what its name says, or longer than an event may be, is a
-    rejection (the log still goes in)."""
+    """The partition directory's ``quorum-state`` and ``leader-epoch-checkpoint``, and its log directory's
+    ``meta.properties`` (where Kafka keeps the cluster id), when present, as ``quorum_files`` rows; a file
+    that is not what its name says, or longer than an event may be, is a rejection (the log still goes in)."""
     rows, rejections = [], []
     limit = (limits or default_limits()).event_bytes
-    for name in QUORUM_FILES:
-        file = path / name
+    for file in [path / name for name in QUORUM_FILES] + [path.parent / "meta.properties"]:
+        name = file.name
         try:
             content = read_regular(file, limit)
         except FileNotFoundError:
@@ -648,8 +648,10 @@ def read_quorum_files(path: Path, limits: Limits | None = None) -> tuple[list[di
                 row.update(leader_id=state.get("leaderId"), leader_epoch=state.get("leaderEpoch"),
                            voted_id=state.get("votedId"),
                            current_voters=None if voters is None else [v["voterId"] for v in voters])
-            else:
+            elif name == "leader-epoch-checkpoint":
                 row["epochs"] = [{"epoch": e, "start_offset": o} for e, o in codec.read_leader_epoch_checkpoint(file, content)]
+            else:
+                codec.read_meta_properties(file, content)
         except (ValueError, KeyError, TypeError) as exc:
             rejections.append(Rejection(str(file), None, None, "CORRUPT_MESSAGE", f"{name}: {exc}",
                                         content[:RAW_LIMIT], len(content), unit="line"))
