@@ -121,6 +121,18 @@ def batch_headers(buf: bytes | memoryview, start: int = 0, limit: int | None = N
     return headers, "end"
 
 
+def intact_end(buf: bytes | memoryview, start: int, limits: Limits | None = None) -> int:
+    """Where the last intact batch (header plausible, CRC right) at or after byte ``start`` ends; ``start``
+    when there is none. In a segment still being written, what follows it may be a batch whose bytes are
+    not all there yet, after damage too: a reader of it that decodes past this point rejects that batch
+    as truncated and loses it once it is complete (Kafka's own recovery truncates such a tail)."""
+    end = start
+    with resync.Scanner(buf, limits or default_limits()) as scanner:
+        while (found := scanner.next_intact(end)) is not None:
+            end = found + batches.LOG_OVERHEAD + struct.unpack_from(">i", buf, found + 8)[0]
+    return end
+
+
 def _checked_batches(buf: bytes | memoryview, source: str, first_offset: int | None, start: int,
                      limits: Limits) -> Iterator[RecordBatch | Rejection]:
     """Batches whose offsets and epochs continue the log.
