@@ -48,7 +48,7 @@ from kraftlake.codec.logdir import (HISTORY, SEGMENT_NAME, BatchHeader, MappedFi
 from kraftlake.metadata.rejections import Rejection
 from kraftlake.metadata.tables import metadata_log_schema, table_arrow_schema
 from kraftlake.storage.deltars import DeltaRsTables
-from kraftlake.storage.ingest import StrictModeError
+from kraftlake.storage.ingest import StrictModeError, refusal, unit
 from kraftlake.storage.tables import events_to_arrow, rejections_to_arrow, rows_to_events
 
 # the batch headers remembered per segment, to find how deep a rewrite goes (KRaft truncates only the
@@ -218,16 +218,30 @@ class Follower:
             return PollResult()
         first = headers[0].base_offset if headers and headers[0].position == cursor.position else None
         items = list(decode_buffer(memoryview(mapped.buf)[:end], str(cursor.segment), first, cursor.position,
-                                   self.limits))
+                                   self.limits, cursor.base))
         seen = [i for i in items if isinstance(i, dict) and i["offset"] < self.next_offset]
-        new = [i for i in items if isinstance(i, dict) and i["offset"] >= self.next_offset]
-        rejections = self._unreported(cursor.segment, [
+        new, refused = self._placed([i for i in items if isinstance(i, dict) and i["offset"] >= self.next_offset])
+        rejections = self._unreported(cursor.segment, refused + [
             i for i in items if isinstance(i, Rejection) and (i.offset is None or i.offset >= self.next_offset)])
         self._compare(seen)
         result = self._commit(new, rejections)
         cursor.consumed.extend(h for h in headers if h.position + h.size <= end)
         cursor.position = end
         return result
+
+    def _placed(self, events: list[dict]) -> tuple[list[dict], list[Rejection]]:
+        """Of ``events`` (past the log's end, in offset order), those that may enter the log as of now, and
+        the rejections of the others (``Limits.placement_problem``: as ingest places a source's)."""
+        now_ms, end = int(time.time() * 1000), self.next_offset - 1
+        placed, refused = [], []
+        for event in events:
+            problem = self.limits.placement_problem(event["offset"], event["timestamp"], end, now_ms)
+            if problem is not None:
+                refused.append(refusal(event, *problem, unit("segment")))
+                continue
+            placed.append(event)
+            end = event["offset"]
+        return placed, refused
 
     def _unreported(self, segment: Path, rejections: list[Rejection]) -> list[Rejection]:
         """``rejections`` less those ``rejected`` holds already: a follower started again reads the last
