@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from kraftlake.cli import controller as controller_job
 from kraftlake.cli import ingest as ingest_job
 from kraftlake.cli import sql as sql_job
 from kraftlake.storage.deltars import DeltaRsTables
+from kraftlake.storage.ingest import SourceSummary
 
 SHUTDOWN = "single-broker-shutdown"
 SCHEMA = pa.schema([("offset", pa.int64()), ("name", pa.string())])
@@ -45,3 +47,11 @@ def test_ingest_controller_and_sql_on_a_warehouse_and_a_log_with_a_space_and_bra
     assert json.loads(capsys.readouterr().out) == {"records": sum(expected["record_counts"].values()),
                                                    "partitions": len(expected["partitions"])}
     assert not [p for p in tmp_path.rglob("*") if "%" in p.name]
+
+
+def test_a_command_a_warning_prints_takes_such_a_path_as_one_argument() -> None:
+    summary = SourceSummary("log.jsonl", "json-lines")
+    summary.backfilled.add(3)
+    (warning,) = summary.warnings("/tmp/x y/{w}")
+    assert shlex.split(warning[warning.index("jobs/controller.py"):]) == \
+        ["jobs/controller.py", "--warehouse", "/tmp/x y/{w}", "--once", "--reset"]

@@ -10,6 +10,7 @@ adds nothing: the ingest and the controller's checkpoint both remember what they
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
@@ -72,6 +73,6 @@ def main(argv: list[str] | None = None) -> int:
     page = Path(args.sample_dir) / "report.html"
     write_report(warehouse.root, page, config, title="kraftlake quickstart: the sample cluster")
     print(f"\nwarehouse: {warehouse.root}\nreport: {page} (the timeline; open it in a browser)"
-          f"\nnext: ./spark-submit.sh jobs/sql.py --warehouse {warehouse.root} \"SELECT * FROM describe\"")
+          f"\nnext: ./spark-submit.sh jobs/sql.py --warehouse {shlex.quote(warehouse.root)} \"SELECT * FROM describe\"")
     return 0
 

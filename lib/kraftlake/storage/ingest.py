@@ -21,6 +21,7 @@ import hashlib
 import itertools
 import json
 import os
+import shlex
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -162,7 +163,7 @@ class SourceSummary:
                        "deleted and no snapshot stands for them): the tables know nothing of the cluster before it")
         if self.backfilled.records:
             out.append(f"metadata_log changed below its end: rebuild the controller's tables, if it has run, with "
-                       f"jobs/controller.py --warehouse {warehouse} --once --reset")
+                       f"jobs/controller.py --warehouse {shlex.quote(warehouse)} --once --reset")
         return out
 
 
