@@ -133,6 +133,19 @@ def test_the_follower_keeps_going_past_a_far_offset_and_a_far_timestamp(tmp_path
         [(2**62, "CORRUPT_MESSAGE"), (16, "INVALID_TIMESTAMP"), (17, "INVALID_TIMESTAMP"), (18, "INVALID_TIMESTAMP")]
 
 
+def test_a_follower_on_a_directory_whose_snapshot_is_named_far_past_offset_0_still_starts_at_0(tmp_path):
+    far = 2**62
+    directory = segment_dir(tmp_path, f"{far:020d}-{1:010d}.checkpoint", 0)
+    tables = DeltaRsTables(str(tmp_path / "w"))
+    follower = Follower(tables, directory)
+    polled = follower.poll()
+    assert (polled.records, polled.rejected) == (0, 3)
+    assert [r["offset"] for r in rejected(tables)] == [far - 3, far - 2, far - 1]
+    (directory / f"{0:020d}.log").write_bytes(encode_events([NOOP] * 4, batch_records=4))
+    assert follower.poll().records == 4
+    assert offsets(tables) == [0, 1, 2, 3]
+
+
 START_MS = 1_763_580_000_000
 
 

@@ -126,8 +126,10 @@ class Follower:
         if snapshot is None:
             return None
         items = list(decode_snapshot(snapshot, self.limits))
-        result = self._commit([i for i in items if isinstance(i, dict)], [i for i in items if isinstance(i, Rejection)])
-        self.next_offset = snapshot_end_offset(snapshot)[0]
+        placed, refused = self._placed([i for i in items if isinstance(i, dict)])
+        result = self._commit(placed, refused + [i for i in items if isinstance(i, Rejection)])
+        if placed:  # a snapshot named far past where the log can go on is no start
+            self.next_offset = snapshot_end_offset(snapshot)[0]
         return result
 
     def _anchor(self, segments: list[Path]) -> _Cursor | None:
