@@ -177,7 +177,8 @@ def test_a_timestamp_far_ahead_is_rejected_before_it_fences_every_broker(tmp_pat
     poison = 7  # the offset of the heartbeat stamped 10^15
     assert log.lines[poison]["timestamp"] == 10**15
     # fed to the controller directly, it is the moment every broker's session (9 s) expires
-    direct = [{**validate_event(line), "offset": i, "source": None, "position": None} for i, line in enumerate(log.lines)]
+    direct = [{**validate_event(line), "offset": i, "source": None, "position": None}
+              for i, line in enumerate(log.lines)]
     assert fenced_at(direct) == {poison: [1, 2, 3]}
     tables = DeltaRsTables(str(tmp_path / "w"))
     summary = ingest.ingest_source(tables, str(log.write(tmp_path / "heartbeats.jsonl")))
@@ -202,7 +203,8 @@ def test_event_time_from_the_epoch_to_a_day_ahead_of_the_clock_is_taken(tmp_path
 
 
 def test_the_bounds_are_settings(tmp_path):
-    source = jsonl(tmp_path / "e.jsonl", [{**NOOP, "offset": 20}, {**NOOP, "timestamp": int(time.time() * 1000) + 120_000}])
+    two_minutes_ahead = int(time.time() * 1000) + 120_000
+    source = jsonl(tmp_path / "e.jsonl", [{**NOOP, "offset": 20}, {**NOOP, "timestamp": two_minutes_ahead}])
     for setting, value, rejected_line, words in (("kraftlake.ingest.offset.max.gap", "10", 1, "(10)"),
                                                  ("kraftlake.ingest.timestamp.after.max.ms", "60000", 2, "(60,000)")):
         warehouse = str(tmp_path / setting)

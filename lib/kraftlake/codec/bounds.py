@@ -52,6 +52,8 @@ _SHORT.maxlevel = 3
 
 
 def _shipped(key: str) -> Callable[[], int]:
+    """The shipped default of ``key``, when asked: limits made for decoding alone take the ingest bounds
+    the defaults file gives."""
     return lambda: int(setting({}, key))
 
 
