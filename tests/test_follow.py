@@ -172,6 +172,36 @@ def test_a_rewritten_offset_stops_the_follower_naming_it(tmp_path: Path) -> None
         Follower(tables, directory).poll()
 
 
+def damaged(kind: str, batch: bytes) -> bytes:
+    """``batch`` damaged: its body (the header still says where it ends) or its header (no batch here)."""
+    if kind == "body":
+        return batch[:-1] + bytes([batch[-1] ^ 0xFF])
+    return b"\xff" * 12 + batch[12:]
+
+
+@pytest.mark.parametrize("kind", ["body", "header"])
+def test_a_batch_being_written_after_damage_is_taken_once_complete_and_the_damage_rejected_once(
+        tmp_path: Path, kind: str) -> None:
+    node, tables, follower = live_directory(tmp_path)
+    node.append(5)
+    bad = damaged(kind, node.batch(3))  # offsets 5..7, lost
+    good = node.batch(4)  # offsets 8..11, being written
+    with node.segment.open("ab") as out:
+        out.write(bad + good[:len(good) // 2])
+    first = follower.poll()
+    assert first.records == 5
+    with node.segment.open("ab") as out:
+        out.write(good[len(good) // 2:])
+    second = follower.poll()
+    assert (second.records, second.first_offset, second.last_offset) == (4, 8, 11)
+    assert follower.poll().records == 0 and Follower(tables, node.directory).poll().records == 0
+    assert [e["offset"] for e in committed(tables)] == [0, 1, 2, 3, 4, 8, 9, 10, 11]
+    rejected = tables.read_arrow("rejected").to_pylist()
+    assert first.rejected + second.rejected == len(rejected) == 1
+    position = len(encode_events(node.events[:5], batch_records=5))
+    assert (rejected[0]["position"], rejected[0]["error"]) == (position, "CORRUPT_MESSAGE")
+
+
 def unplaced(tables: dict[str, list[dict]]) -> dict[str, list[dict]]:
     """Rejections without the file and byte they came from (the oracle read its own copy of the bytes)."""
     return {**tables, "rejected": [{k: v for k, v in r.items() if k not in ("source", "position")}

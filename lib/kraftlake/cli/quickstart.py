@@ -10,6 +10,7 @@ adds nothing: the ingest and the controller's checkpoint both remember what they
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
@@ -17,7 +18,8 @@ from kraftlake.cli.ingest import print_summary
 from kraftlake.cli.launcher import PATH_ERRORS, UserError, error_line
 from kraftlake.cli.output import print_table
 from kraftlake.cli.report import write_report
-from kraftlake.cli.runtime import checkpoint_location, kafka_configs, meter, open_warehouse
+from kraftlake.cli.runtime import checkpoint_location, meter, open_warehouse, replay_configs
+from kraftlake.codec.bounds import Limits
 from kraftlake.sim.sample import write_sample
 from kraftlake.spark.controller_query import ControllerSettings, run
 from kraftlake.spark.views import register_views
@@ -59,10 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"sample cluster written to {log_dir}, what-if requests to {what_if}")
     warehouse = open_warehouse(config, "kraftlake-quickstart", with_spark=True)
     ingest(warehouse, [str(log_dir), str(what_if)], on_source=print_summary,
-           meter=lambda source: meter(config, f"ingest {source}"))
+           meter=lambda source: meter(config, f"ingest {source}"), limits=Limits.from_settings(config))
     run(warehouse, ControllerSettings(shards=config.get_int("kraftlake.shards", minimum=1),
                                       checkpoint=checkpoint_location(config, warehouse, "controller"), once=True,
-                                      kafka_config=kafka_configs(config)), meter(config, "controller", "offsets"))
+                                      kafka_config=replay_configs(config)), meter(config, "controller", "offsets"))
     register_views(warehouse)
     for title, query in QUERIES:
         print(f"\n{title}:\n  {query}")
@@ -71,6 +73,6 @@ def main(argv: list[str] | None = None) -> int:
     page = Path(args.sample_dir) / "report.html"
     write_report(warehouse.root, page, config, title="kraftlake quickstart: the sample cluster")
     print(f"\nwarehouse: {warehouse.root}\nreport: {page} (the timeline; open it in a browser)"
-          f"\nnext: ./spark-submit.sh jobs/sql.py --warehouse {warehouse.root} \"SELECT * FROM describe\"")
+          f"\nnext: ./spark-submit.sh jobs/sql.py --warehouse {shlex.quote(warehouse.root)} \"SELECT * FROM describe\"")
     return 0
 
