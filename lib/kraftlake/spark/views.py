@@ -1,10 +1,11 @@
 """The warehouse as SQL: every table as a view named after it, plus the operators' standing questions
-(``describe``, ``reassignments``, ``quorum_history``) as views over them."""
+(``describe``, ``reassignments``, ``quorum_history``) as views over them (``VIEWS``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from kraftlake.storage import Warehouse
 
@@ -84,19 +85,26 @@ ORDER BY a.epoch
 """
 
 
+@dataclass(frozen=True)
+class View:
+    """A standing question as a temporary view over the tables. Registered from its SQL text, so each
+    query resolves it against the tables as registered then (never a plan frozen at registration)."""
+
+    name: str
+    sql: str
+    doc: str  # one line, for the SQL shell's \\tables
+
+
+VIEWS = (
+    View("describe", DESCRIBE, "One line per partition, topics by name, in the spirit of kafka-topics.sh --describe."),
+    View("reassignments", REASSIGNMENTS, "Partitions under reassignment (KIP-455), with when it started and its age."),
+    View("quorum_history", QUORUM_HISTORY, "The metadata quorum's epochs (KIP-595): leader, voters, records, duration."),
+)
+
+
 def register_views(warehouse: Warehouse) -> list[str]:
-    """Every table of the warehouse as a temporary view named after it, plus ``describe``,
-    ``reassignments`` and ``quorum_history``."""
-    names = warehouse.names()
-    for name in names:
-        warehouse.read_df(name).createOrReplaceTempView(name)
-    if "metadata_log" in names:
-        warehouse.spark.sql(QUORUM_HISTORY).createOrReplaceTempView("quorum_history")
-        names.append("quorum_history")
-    if "partitions" in names:
-        warehouse.spark.sql(DESCRIBE).createOrReplaceTempView("describe")
-        names.append("describe")
-        if "partition_history" in names:
-            warehouse.spark.sql(REASSIGNMENTS).createOrReplaceTempView("reassignments")
-            names.append("reassignments")
-    return names
+    """Every table of the warehouse as a temporary view named after it, plus the ``VIEWS`` whose tables
+    it has: all at once, for a session that queries them directly (``kraftlake.spark.catalog``)."""
+    from kraftlake.spark.catalog import Catalog  # which builds on the views above
+
+    return Catalog(warehouse).register_all()
