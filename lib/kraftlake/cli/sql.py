@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     if sum(map(bool, (args.query is not None, args.file, args.serve))) > 1:
         parser.error("give one of QUERY, -f FILE and --serve")
     if args.serve:
+        if not 0 < args.port < 65536:
+            parser.error(f"--port {args.port}: a port is 1 to 65535")
         return serve(args)
     # Spark's progress bar on stderr: for a person watching a terminal, not for a log
     config = config_from_args(args).with_overrides(
