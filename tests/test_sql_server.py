@@ -18,7 +18,7 @@ import pytest
 from kraftlake.spark.catalog import Catalog
 from kraftlake.storage import Warehouse
 from kraftlake.storage.ingest import ingest_source
-from servers import start, stop, wait_for, wait_for_line
+from servers import child_pids, start, stop, wait_for, wait_for_line
 
 REPO = Path(__file__).resolve().parent.parent
 BEELINE = Path(pyspark.__file__).parent / "bin" / "beeline"
@@ -46,18 +46,6 @@ def spark_rows(spark, root: str, statement: str) -> list[list[str]]:  # noqa: AN
     """The same statement in this test's own session, as beeline prints values (NULL as empty)."""
     rows = Catalog(Warehouse(root, spark=spark)).sql(statement).collect()
     return [["" if v is None else str(v) for v in row] for row in rows]
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry.name))
-            except (OSError, IndexError):
-                continue
-    return found
 
 
 def listening(pids: list[int]) -> list[tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]]:
@@ -101,7 +89,7 @@ def test_the_sql_server_answers_beeline_sees_new_commits_listens_on_loopback_and
         assert f"{BEELINE} -u {url}" in log.read_text()  # how to connect, said where it listens
 
         # every port of the server's processes (Thrift, py4j, the driver's RPC and block manager) is loopback
-        processes = [process.pid, *children(process.pid)]
+        processes = [process.pid, *child_pids(process.pid)]
         addresses = listening(processes)
         assert port in [p for _, p in addresses], addresses
         assert [(str(ip), p) for ip, p in addresses if not is_loopback(ip)] == []

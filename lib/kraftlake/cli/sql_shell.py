@@ -77,7 +77,7 @@ class Shell:
                 buffer += line + "\n"
                 split = split_statements(buffer)
                 for statement in split.statements:
-                    self._remember(statement.text, editing)
+                    self._remember(statement.text + ";", editing)  # recalled, it runs as it is
                     try:
                         self.session.run(statement.text)
                     except KeyboardInterrupt:
@@ -176,7 +176,10 @@ class Shell:
         if editing:
             import readline
 
-            readline.add_history(entry if "--" in entry else " ".join(entry.split("\n")))
+            entry = entry if "--" in entry else " ".join(entry.split("\n"))
+            last = readline.get_current_history_length()
+            if not last or readline.get_history_item(last) != entry:  # a statement run again is kept once
+                readline.add_history(entry)
 
     def _save_history(self) -> None:
         import readline
