@@ -14,6 +14,7 @@ aligned table per statement (up to --max-rows rows), or one JSON object per row 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
@@ -53,9 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         if not 0 < args.port < 65536:
             parser.error(f"--port {args.port}: a port is 1 to 65535")
         return serve(args)
-    # Spark's progress bar on stderr: for a person watching a terminal, not for a log
-    config = config_from_args(args).with_overrides(
-        {"spark.ui.showConsoleProgress": str(sys.stderr.isatty()).lower()}, "jobs/sql.py")
+    config = config_from_args(args)
     root = warehouse_root(config, "sql")
     if args.file:
         try:
@@ -65,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sql: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
             return 2
     interactive = args.query is None and not args.file and sys.stdin.isatty()
+    if not sys.stderr.isatty():
+        _no_progress_bar()
     session = Session(Catalog(open_warehouse(config, "kraftlake-sql", root=root)),
                       "text" if args.format == TABLE else args.format, args.max_rows, args.timing or interactive)
     if interactive:
@@ -76,3 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.file:
         return session.run_all(text.splitlines(keepends=True), f"{args.file}:")
     return session.run_all(sys.stdin, "stdin:")
+
+
+def _no_progress_bar() -> None:
+    """pyspark starts the JVM of a Python-first driver (spark-submit.sh's driver-first jobs, plain python)
+    as a shell's, and a shell gets Spark's progress bar on stderr: fine on a terminal, noise in a log. An
+    explicit --conf spark.ui.showConsoleProgress comes after this one and wins."""
+    submit = os.environ.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell")
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--conf spark.ui.showConsoleProgress=false {submit}"
