@@ -21,6 +21,7 @@ from kraftlake.cli.sql_shell import Shell
 from kraftlake.metadata.config import load_config
 from kraftlake.metadata.tables import table_arrow_schema, table_names
 from kraftlake.spark.catalog import Catalog, NotInWarehouse
+from kraftlake.spark.notebook import attach
 from kraftlake.spark.views import VIEWS
 from kraftlake.storage import Warehouse
 from kraftlake.storage.ingest import ingest_source
@@ -144,6 +145,22 @@ def test_tables_are_registered_once_when_first_named_and_seen_fresh(spark, fixtu
     # SHOW TABLES lists them all, named or not (the session may hold other temporary views of its own)
     listed = {r.tableName for r in catalog.sql("SHOW TABLES").collect()} & {*table_names(), *(v.name for v in VIEWS)}
     assert listed == {"metadata_log", "rejected", "quorum_files", "partitions", "describe", "quorum_history"}
+
+
+def test_a_notebook_attaches_the_warehouse_and_its_own_spark_sql_sees_new_commits(spark, fixtures_dir,
+                                                                                  tmp_path) -> None:
+    root = str(tmp_path / "w")
+    ingest_source(Warehouse(root), str(fixtures_dir / SHUTDOWN))
+    records = sum(record_counts(fixtures_dir).values())
+    catalog = attach(root, spark, refresh_every_s=0.2)
+    try:
+        count = "SELECT count(*) FROM metadata_log"
+        assert spark.sql(count).collect()[0][0] == records  # the session's own spark.sql, no catalog in between
+        assert spark.sql("SELECT count(*) FROM quorum_history").collect()[0][0] > 0
+        ingest_source(Warehouse(root), str(heartbeats(tmp_path / "more.jsonl", 2)))
+        assert wait_for(lambda: spark.sql(count).collect()[0][0] == records + 2, 60)
+    finally:
+        catalog.close()
 
 
 def test_the_shell_answers_statements_over_lines_and_its_commands(spark, logged, monkeypatch, capsys) -> None:

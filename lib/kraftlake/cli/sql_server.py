@@ -65,8 +65,8 @@ def _serve(args: argparse.Namespace, config: Config, scratch: str) -> int:
         server.stop()
         spark.stop()
         return 1
-    stop_refresh = catalog.watch(config.get_int("kraftlake.sql.server.refresh.interval.ms", minimum=1) / 1000,
-                                 lambda exc: print(f"sql: registering the tables again failed: {exc}", file=sys.stderr))
+    catalog.watch(config.get_int("kraftlake.sql.server.refresh.interval.ms", minimum=1) / 1000,
+                  lambda exc: print(f"sql: registering the tables again failed: {exc}", file=sys.stderr))
     url = f"jdbc:hive2://{_client_host(args.bind)}:{args.port}/"
     print(f"sql: serving {root} ({len(names)} tables and views) on {args.bind}:{args.port} until SIGINT/SIGTERM\n"
           f"sql: JDBC URL {url}\n"
@@ -78,7 +78,7 @@ def _serve(args: argparse.Namespace, config: Config, scratch: str) -> int:
     while not stopping.wait(1.0):
         pass
     print("sql: stopping", file=sys.stderr, flush=True)
-    stop_refresh()
+    catalog.close()
     server.stop()
     spark.stop()
     return 0

@@ -93,6 +93,7 @@ class Catalog:
         self._tables: dict[str, tuple[str, int]] = {}  # registered: the snapshot registered (``_snapshot``)
         self._views: set[str] = set()
         self._lock = threading.RLock()  # a refresher thread (the SQL server) against statements
+        self._watching: list[tuple[threading.Event, threading.Thread]] = []
         from pyspark.logger import PySparkLogger
 
         # A failed statement's error reaches the caller; pyspark would also log it, with the JVM's trace.
@@ -220,9 +221,9 @@ class Catalog:
                 views.append(view.name)
             return tables + views
 
-    def watch(self, every_s: float, on_error: Callable[[Exception], None]) -> Callable[[], None]:
-        """Keep registering new tables and refreshing moved ones every ``every_s`` seconds in a thread
-        (for clients whose statements do not come through ``sql``); returns the function that stops it."""
+    def watch(self, every_s: float, on_error: Callable[[Exception], None]) -> None:
+        """Keep registering new tables and refreshing moved ones every ``every_s`` seconds in a thread, until
+        ``close``: for clients whose statements do not come through ``sql`` (JDBC, a notebook's spark.sql)."""
         stop = threading.Event()
 
         def loop() -> None:
@@ -234,12 +235,14 @@ class Catalog:
 
         thread = threading.Thread(target=loop, name="kraftlake-catalog-refresh", daemon=True)
         thread.start()
+        self._watching.append((stop, thread))
 
-        def halt() -> None:
+    def close(self) -> None:
+        """Stop ``watch``'s thread (the registered tables and views stay)."""
+        for stop, thread in self._watching:
             stop.set()
             thread.join()
-
-        return halt
+        self._watching.clear()
 
     def entries(self) -> list[Entry]:
         """Every table (those ``schemas/tables`` declares, and any other Delta table of the warehouse) and
