@@ -1,10 +1,12 @@
 """The warehouse as SQL: every table as a view named after it, plus the operators' standing questions
-(``describe``, ``reassignments``, ``quorum_history``) as views over them."""
+(``describe``, ``reassignments``, ``quorum_history``) as views over them (``VIEWS``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 from kraftlake.image.cluster_image import DIR_LOST, DIR_MIGRATING, DIR_UNASSIGNED
 from kraftlake.metadata.schemas import registry
@@ -128,17 +130,6 @@ def decoding_view(table: str, present: list[str] | None = None) -> str:
     return f"SELECT {', '.join(columns)} FROM {table}"
 
 
-def register_decoding_views(warehouse: Warehouse, names: list[str]) -> list[str]:
-    """``<table>_decoded`` for each table of ``DECODED`` among ``names`` (registered already); their names."""
-    added = []
-    for table in DECODED:
-        if table in names:
-            present = warehouse.spark.table(table).columns
-            warehouse.spark.sql(decoding_view(table, present)).createOrReplaceTempView(f"{table}_decoded")
-            added.append(f"{table}_decoded")
-    return added
-
-
 def cluster_view(names: list[str], log_columns: list[str]) -> str | None:
     """The SQL of ``cluster``, over the tables among ``names`` (``log_columns``: metadata_log's, an older
     table may lack a newer type's): the cluster's id, where the input has it, and
@@ -170,24 +161,48 @@ SELECT (SELECT id FROM known) AS cluster_id, (SELECT found_in FROM known) AS clu
 """
 
 
+def _decoded(table: str) -> Callable[[Any], str]:
+    """``<table>_decoded``'s SQL over the table as the session has it registered (an older table may lack a
+    newer column): reading its columns resolves it first (``Catalog._create``)."""
+    return lambda catalog: decoding_view(table, catalog.spark.table(table).columns)
+
+
+def _cluster(catalog: Any) -> str | None:
+    """``cluster``'s SQL over those of its tables the warehouse has; None without ``features``."""
+    names = [n for n in ("quorum_files", "metadata_log", "features") if catalog.resolve_if_present(n)]
+    log_columns = catalog.spark.table("metadata_log").columns if "metadata_log" in names else []
+    return cluster_view(names, log_columns)
+
+
+@dataclass(frozen=True)
+class View:
+    """A standing question as a temporary view over the tables. Registered from its SQL text, so each
+    query resolves it against the tables as registered then (never a plan frozen at registration). ``sql``
+    is the text, or makes it from the ``Catalog`` registering it, for a view whose columns depend on the
+    tables the warehouse has (None: it has too few: ``needs`` is the table that keeps it out)."""
+
+    name: str
+    sql: str | Callable[[Any], str | None]
+    doc: str  # one line, for the SQL shell's \\tables
+    needs: str = ""
+
+
+VIEWS = (
+    View("describe", DESCRIBE, "One line per partition, topics by name, in the spirit of kafka-topics.sh --describe."),
+    View("reassignments", REASSIGNMENTS, "Partitions under reassignment (KIP-455), with when it started and its age."),
+    View("quorum_history", QUORUM_HISTORY, "The metadata quorum's epochs (KIP-595): leader, voters, records, duration."),
+    *(View(f"{table}_decoded", _decoded(table), f"{table} with Kafka's codes by name ({', '.join(codes)}).")
+      for table, codes in (("brokers", ["state"]), ("configs", ["resource_type"]),
+                           ("partitions", ["leader_recovery_state", "directories"]),
+                           ("partition_history", ["leader_recovery_state"]))),
+    View("cluster", _cluster, "The cluster id, where the input has it, and the finalized feature levels now.",
+         needs="features"),
+)
+
+
 def register_views(warehouse: Warehouse) -> list[str]:
-    """Every table of the warehouse as a temporary view named after it, plus ``describe``,
-    ``reassignments`` and ``quorum_history``."""
-    names = warehouse.names()
-    for name in names:
-        warehouse.read_df(name).createOrReplaceTempView(name)
-    if "metadata_log" in names:
-        warehouse.spark.sql(QUORUM_HISTORY).createOrReplaceTempView("quorum_history")
-        names.append("quorum_history")
-    if "partitions" in names:
-        warehouse.spark.sql(DESCRIBE).createOrReplaceTempView("describe")
-        names.append("describe")
-        if "partition_history" in names:
-            warehouse.spark.sql(REASSIGNMENTS).createOrReplaceTempView("reassignments")
-            names.append("reassignments")
-    names += register_decoding_views(warehouse, names)
-    cluster = cluster_view(names, warehouse.spark.table("metadata_log").columns if "metadata_log" in names else [])
-    if cluster is not None:
-        warehouse.spark.sql(cluster).createOrReplaceTempView("cluster")
-        names.append("cluster")
-    return names
+    """Every table of the warehouse as a temporary view named after it, plus the ``VIEWS`` whose tables
+    it has: all at once, for a session that queries them directly (``kraftlake.spark.catalog``)."""
+    from kraftlake.spark.catalog import Catalog  # which builds on the views above
+
+    return Catalog(warehouse).register_all()
