@@ -84,7 +84,8 @@ def test_stdin_statements_run_in_one_session(spark, logged, fixtures_dir, monkey
     assert captured.out.splitlines() == [f'{{"kinds": {len(record_counts(fixtures_dir))}}}']
     assert captured.err.strip().splitlines() == [
         f"sql: stdin:4: no table or view `kinds_typo` in {logged} (its tables: metadata_log, quorum_files, "
-        "rejected; its views: describe, reassignments, quorum_history)"]
+        "rejected; its views: describe, reassignments, quorum_history, brokers_decoded, configs_decoded, "
+            "partitions_decoded, partition_history_decoded, cluster)"]
 
 
 def test_a_table_the_controller_has_not_written_names_the_job_that_writes_it(spark, logged, capsys) -> None:
@@ -144,7 +145,8 @@ def test_tables_are_registered_once_when_first_named_and_seen_fresh(spark, fixtu
 
     # SHOW TABLES lists them all, named or not (the session may hold other temporary views of its own)
     listed = {r.tableName for r in catalog.sql("SHOW TABLES").collect()} & {*table_names(), *(v.name for v in VIEWS)}
-    assert listed == {"metadata_log", "rejected", "quorum_files", "partitions", "describe", "quorum_history"}
+    assert listed == {"metadata_log", "rejected", "quorum_files", "partitions", "describe", "quorum_history",
+                      "partitions_decoded"}
 
 
 def test_a_notebook_attaches_the_warehouse_and_its_own_spark_sql_sees_new_commits(spark, fixtures_dir,
