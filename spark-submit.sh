@@ -182,6 +182,17 @@ if ! $have_java_opts && ! $cluster_mode; then
     extra+=(--driver-java-options "-Dlog4j2.configurationFile=file:$KL_ROOT/conf/log4j2.properties")
 fi
 
+# A job that talks with the terminal (jobs/sql.py's shell, stdin, Ctrl-C; it says so with a line
+# "# spark-submit.sh: driver first") runs the way bin/pyspark runs its shell: Python first, and pyspark
+# starts Spark's JVM as its child with these options. Under spark-submit the Python driver would be the
+# JVM's child, with no stdin, its stderr merged into stdout, and Ctrl-C stopping the JVM.
+if ! $cluster_mode && grep -qx '# spark-submit.sh: driver first' "$job"; then
+    PYSPARK_SUBMIT_ARGS="$("$KL_PY" -c 'import shlex, sys; print(shlex.join(sys.argv[1:]))' \
+        "${spark_opts[@]+"${spark_opts[@]}"}" "${extra[@]}" pyspark-shell)"
+    export PYSPARK_SUBMIT_ARGS
+    exec "$KL_PY" "$job" "$@"
+fi
+
 # Spark starts the Python driver with its stderr merged into its stdout (PythonRunner), copied to the
 # JVM's stdout, and Java closes every other descriptor in the processes it starts: the job's messages
 # would land in the middle of its data. So the driver gets a FIFO by its path (KRAFTLAKE_STDERR_FIFO),

@@ -24,9 +24,9 @@ from kraftlake.sim.workload import failover_cluster, generate
 
 from benchmarks.stats import chunks, fit, log
 
-def decode_all(path: Path, full_history: bool = False) -> int:
+def decode_all(path: Path, start: str = codec.HISTORY) -> int:
     """Records decoded from a partition directory (the decode stage: codec only, nothing kept)."""
-    return sum(1 for item in codec.decode_partition_dir(path, full_history) if isinstance(item, dict))
+    return sum(1 for item in codec.decode_partition_dir(path, start) if isinstance(item, dict))
 
 
 def core_replay_chunked(events: Iterable[dict], shards: int, chunk: int = 50_000,

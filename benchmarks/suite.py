@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
+from kraftlake import codec
 from kraftlake.cli.config import add_common_arguments, config_from_args
 from kraftlake.cli.runtime import meter, open_warehouse
 from kraftlake.codec.writer import write_partition_dir
@@ -210,9 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     fixtures = Path(args.fixtures)
     for fixture in sorted(fixtures.glob("*/__cluster_metadata-0")) if fixtures.is_dir() else []:
         size = sum(f.stat().st_size for f in fixture.iterdir() if f.suffix == ".log")
-        count = decode_all(fixture, full_history=True)
+        count = decode_all(fixture, codec.FULL_HISTORY)
         timed(f"decode fixture {fixture.parent.name}", stages, count,
-              lambda f=fixture: decode_all(f, full_history=True), size)
+              lambda f=fixture: decode_all(f, codec.FULL_HISTORY), size)
 
     events = timed("generate", stages, args.events, lambda: list(generate(
         args.events, brokers=args.brokers, topics=args.topics, partitions_per_topic=args.partitions_per_topic)))

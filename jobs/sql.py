@@ -3,6 +3,7 @@
 The job's options and logic are ``kraftlake.cli.sql`` (``--help`` lists them); this file is what
 spark-submit runs.
 """
+# spark-submit.sh: driver first
 
 import sys
 from pathlib import Path

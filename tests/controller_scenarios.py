@@ -22,7 +22,7 @@ from kraftlake.storage.tables import rows_to_events
 from streaming_helpers import plain, sorted_rows
 
 STATE_TABLES = tables_of("controller", "state")
-APPEND_TABLES = ("partition_history", "rejected")
+APPEND_TABLES = ("partition_history", "broker_history", "features", "rejected")
 ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"
 MAX_MV = 19  # the newest metadata.version the hand-written brokers support (3.7-IV4, as in the real logs)
 

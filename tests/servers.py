@@ -55,6 +55,19 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+def child_pids(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc): a job's JVM, which outlives a parent killed hard."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, IndexError):  # gone meanwhile
+                continue
+    return found
+
+
 def wait_for(condition: Callable[[], bool], timeout: float, every: float = 0.1) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -211,7 +211,8 @@ def story(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Run:
 
 # --- (1) the streaming job equals the core -------------------------------------------------------------
 
-TABLES = ("brokers", "topics", "configs", "partitions", "partition_history", "rejected", "controller_log", "responses")
+TABLES = ("brokers", "topics", "configs", "partitions", "partition_history", "broker_history", "features", "rejected",
+          "controller_log", "responses")
 
 
 def assert_same_table(actual: list[dict], expected: list[dict], what: str) -> None:
@@ -496,6 +497,45 @@ def test_unregister_broker_moves_its_partitions_first(story: Run) -> None:
     row = story.response("unregister 9")
     assert (row["error_name"], row["error_code"]) == ("BROKER_ID_NOT_REGISTERED", BROKER_ID_NOT_REGISTERED)
     assert story.records("unregister 9") == []
+
+
+def test_broker_history_says_why_with_the_request_this_controller_decided(story: Run) -> None:
+    """Each state change of the scenario, its cause and the request that decided it (at the row's offset)."""
+    rows = {(r["broker_id"], r["state"], r["offset"]): (r["cause"], r["cause_offset"], r["cause_type"], r["record"])
+            for r in story.spark["broker_history"]}
+    at, heartbeat, change = story.at, "BrokerHeartbeatRequest", "BrokerRegistrationChangeRecord"
+
+    def row(broker: int, state: str, name: str) -> tuple:
+        return rows[(broker, state, at[name])]
+
+    for broker in (1, 2, 3, 4, 5):
+        assert row(broker, "registered", f"register {broker}") == (
+            "registration", at[f"register {broker}"], "BrokerRegistrationRequest", "RegisterBrokerRecord")
+        assert row(broker, "unfenced", f"unfence {broker}") == ("caught_up", at[f"unfence {broker}"], heartbeat, change)
+    assert row(4, "controlled_shutdown", "4 wants to shut down") == (
+        "shutdown_requested", at["4 wants to shut down"], heartbeat, change)
+    assert row(4, "fenced", "4 shuts down") == ("controlled_shutdown_completed", at["4 shuts down"], heartbeat, change)
+    # broker 2's heartbeat found broker 3 silent for longer than the session timeout
+    assert row(3, "fenced", "3 silent 1 ms more") == ("session_expired", at["3 silent 1 ms more"], heartbeat, change)
+    assert row(3, "unfenced", "3 comes back") == ("caught_up", at["3 comes back"], heartbeat, change)
+    assert row(5, "unregistered", "unregister 5") == (
+        "unregistration_request", at["unregister 5"], "UnregisterBrokerRequest", "UnregisterBrokerRecord")
+    assert len(rows) == 5 * 2 + 2 + 2 + 1, "a state change the scenario does not make"
+
+
+def test_partition_history_names_the_event_behind_each_change(story: Run) -> None:
+    at = story.at
+    kinds: dict[int, set] = {}
+    for r in story.spark["partition_history"]:
+        kinds.setdefault(r["offset"], set()).add((r["cause_kind"], r["cause_offset"], r["cause_broker"]))
+    assert kinds[at["4 wants to shut down"]] == {("controlled_shutdown", at["4 wants to shut down"], 4)}
+    assert kinds[at["3 silent 1 ms more"]] == {("fenced", at["3 silent 1 ms more"], 3)}
+    assert kinds[at["3 comes back"]] == {("unfenced", at["3 comes back"], 3)}
+    assert kinds[at["unregister 5"]] == {("unregistered", at["unregister 5"], 5)}
+    assert kinds[at["alter by 1"]] == {("isr_change", at["alter by 1"], None)}
+    assert kinds[at["elect preferred"]] == {("leader_election", at["elect preferred"], None)}
+    assert kinds[at["create placed"]] == {("topic_created", at["create placed"], None)}
+    assert kinds[at["delete"]] == {("topic_deleted", at["delete"], None)}
 
 
 def test_the_final_brokers_and_partitions(story: Run) -> None:

@@ -229,3 +229,18 @@ def test_the_default_redaction_pattern_covers_every_credential_key(spark: SparkS
     assert [name for name in names if not pattern.matcher(name).find()] == []
     harmless = ["spark.app.name", "spark.sql.shuffle.partitions", "kraftlake.storage.aws_region"]
     assert [name for name in harmless if pattern.matcher(name).find()] == []
+
+
+def test_a_bounded_stream_of_the_log_ends_its_micro_batches_with_whole_record_batches(
+    warehouse: Warehouse, tmp_path: Path
+) -> None:
+    """A Kafka record batch (rows sharing source and position) is never split between micro-batches, so the
+    controller sees a fencing and the partition changes before it together; one row without a position is a
+    batch of its own."""
+    positions = [0, 0, 0, 0, 0, 40, 90, 90, 90, 90, 90, 90, 90, None, 150, 150]
+    rows = log_rows(list(range(len(positions))))
+    rows = rows.append_column("source", pa.array(["00000000000000000000.log"] * len(positions)))
+    rows = rows.append_column("position", pa.array(positions, pa.int64()))
+    warehouse.append("metadata_log", rows, rows.schema)
+    batches = run_available_now(warehouse.read_stream("metadata_log", max_records_per_batch=3), tmp_path / "checkpoint")
+    assert [offsets for _, offsets in batches] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9, 10, 11, 12], [13, 14, 15]]

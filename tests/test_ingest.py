@@ -293,4 +293,4 @@ def test_sql_job_queries_the_log_and_rejected(spark, fixtures_dir, tmp_path, cap
     out = capsys.readouterr().out
     assert "| position | error" in out and "line is not JSON" in out and "1 row(s)" in out
     assert sql_job.main(["--warehouse", warehouse, "SELECT * FROM no_such_table"]) == 1
-    assert "tables in" in capsys.readouterr().err
+    assert f"no table or view `no_such_table` in {warehouse} (its tables: metadata_log" in capsys.readouterr().err

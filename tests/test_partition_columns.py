@@ -80,6 +80,27 @@ def test_the_columns_give_the_tables_and_images_of_the_plain_path(seed, size, sh
         assert a.to_bytes() == b.to_bytes()
 
 
+def _in_record_batches(events: list[dict], seed: int) -> list[dict]:
+    """The log as Kafka would lay it out in record batches of 1 to 60 consecutive records (each its own
+    source position): controlled shutdowns, fencings and their partition changes share batches."""
+    rng = random.Random(seed)
+    out, start = [], 0
+    while start < len(events):
+        size = rng.randint(1, 60)
+        out += [{**e, "source": "00000000000000000000.log", "position": start} for e in events[start:start + size]]
+        start += size
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), size=st.integers(20, 120), shard_count=st.integers(1, 3))
+def test_the_columns_find_the_causes_the_plain_path_finds_in_record_batches(seed, size, shard_count):
+    events = _in_record_batches(_with_more_changes(_events(seed, size), seed), seed)
+    fast, _ = replay_log(events, shard_count, columns=True)
+    plain, _ = replay_log(events, shard_count, columns=False)
+    assert _rows(fast) == _rows(plain)
+
+
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), cuts=st.lists(st.integers(1, 60), min_size=1, max_size=8))
 def test_any_batching_through_the_state_bytes_gives_the_same_tables(seed, cuts):

@@ -77,6 +77,26 @@ def test_a_real_log_without_traffic_is_described_from_its_records(fixtures_dir, 
     assert missing.returncode == 2 and "ingest a log first" in missing.stderr
 
 
+def test_the_log_directorys_meta_properties_is_kept_where_the_cluster_id_is(fixtures_dir, tmp_path):
+    """Kafka keeps the cluster id in each log directory's meta.properties, beside __cluster_metadata-0."""
+    import shutil
+
+    for name, text in (("good", "#\nnode.id=1\nversion=1\ncluster.id=5L6g3nShT-eMCtK--X86sw\n"),
+                       ("bad", "node.id=1\nversion=1\n")):
+        source = tmp_path / name / "__cluster_metadata-0"
+        shutil.copytree(fixtures_dir / "single-broker-shutdown" / "__cluster_metadata-0", source)
+        (source.parent / "meta.properties").write_text(text)
+        warehouse = Warehouse(str(tmp_path / f"w-{name}"), engine="delta-rs")
+        ingest_source(warehouse, str(source))
+        kept = [r for r in warehouse.read_arrow("quorum_files").to_pylist() if r["kind"] == "meta.properties"]
+        rejected = [r["reason"] for r in warehouse.read_arrow("rejected").to_pylist()]
+        if name == "good":
+            assert [(r["file"], r["content"]) for r in kept] == [(str(source.parent / "meta.properties"), text)]
+            assert rejected == []
+        else:
+            assert kept == [] and len(rejected) == 1 and "no cluster.id" in rejected[0]
+
+
 def test_quorum_files_beside_a_log_are_stored_and_a_bad_one_is_rejected(fixtures_dir, tmp_path):
     import shutil
 

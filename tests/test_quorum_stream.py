@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from kraftlake.cli import controller as controller_job
 from kraftlake.raft.replica import replay_quorum
 from kraftlake.raft.describe import LogView, status
 from kraftlake.sim.quorum import SimConfig, simulate
@@ -124,3 +125,20 @@ def test_a_malformed_message_is_rejected_with_its_offset_and_the_replica_goes_on
     assert later and set(later) <= answered
     node = replicas[replica].node
     assert node.high_watermark <= node.log.end_offset
+
+
+def test_decode_limits_given_to_the_controller_job_reach_the_quorum_replay(spark, tmp_path):
+    """The record batches a FetchResponse carries are decoded again by the replicas on Spark's executors,
+    within the ``kraftlake.decode.*`` limits the job was given, not the shipped ones."""
+    warehouse = Warehouse(str(tmp_path / "w"), spark=spark)
+    assert write_simulation(warehouse, seed=4, voters=3, observers=1, duration_ms=2000, config=CFG).ok
+    events = sorted(rows_to_events(warehouse.read_arrow("metadata_log")), key=lambda e: e["offset"])
+    carrying = [e["offset"] for e in events if e["type"] == "FetchResponse"
+                and any(p["Records"] for t in e["data"]["Responses"] for p in t["Partitions"])]
+    assert carrying and not replay_quorum(events)[0]["rejected"]  # the shipped limits take every batch
+    # 49 bytes: the declared length of a batch with no record, so that every batch carrying one is too long
+    assert controller_job.main(["--warehouse", str(tmp_path / "w"), "--once",
+                                "--override", "kraftlake.decode.batch.max.bytes=49"]) == 0
+    rows = [r for r in warehouse.read_arrow("rejected").to_pylist() if r["stage"] == "replay"]
+    assert sorted(r["offset"] for r in rows) == carrying
+    assert all(r["type"] == "FetchResponse" and "damaged records in a FetchResponse" in r["reason"] for r in rows)

@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 
 import kraftlake
 from kraftlake.storage import DELTA_RS, Warehouse, native, resolve_engine
-from kraftlake.storage.deltars import DeltaRsTables, column_max, nth_value_after, read_range, split_range
+from kraftlake.storage.deltars import DeltaRsTables, batch_end, column_max, nth_value_after, read_range, split_range
 
 LOG = pa.schema(
     [
@@ -150,6 +150,23 @@ def test_reads_max_and_names(tables: DeltaRsTables) -> None:
     got = tables.read_arrow("metadata_log", columns=["offset"], filter=pc.field("offset") > 4)
     assert sorted(got.column("offset").to_pylist()) == [5, 9, 12]
     assert tables.version("metadata_log") == 3  # created, then three appends
+
+
+BATCHED = pa.schema([pa.field("offset", pa.int64(), nullable=False), pa.field("source", pa.string()),
+                     pa.field("position", pa.int64())])
+
+
+def test_the_end_of_a_record_batch_is_where_its_source_position_changes(tables: DeltaRsTables) -> None:
+    """Records of one Kafka batch share source and position; a micro-batch may end only after a batch's last."""
+    rows = ([(o, "a.log", 0) for o in range(0, 3)] + [(3, "a.log", 90)] + [(o, "a.log", 170) for o in range(4, 700)]
+            + [(700, "b.log", 170), (701, None, None), (702, None, None), (703, "b.log", 0), (704, "b.log", 0)])
+    for chunk in (rows[:2], rows[2:500], rows[500:]):  # a batch across files too
+        tables.append("metadata_log", pa.Table.from_pylist([dict(zip(BATCHED.names, r)) for r in chunk], BATCHED),
+                      BATCHED)
+    table = tables.table("metadata_log")
+    assert [batch_end(table, "offset", o) for o in (0, 1, 2, 3, 4, 257, 699)] == [2, 2, 2, 3, 699, 699, 699]
+    assert [batch_end(table, "offset", o) for o in (700, 701, 702, 703, 704)] == [700, 701, 702, 704, 704]
+    assert batch_end(table, "offset", 4, bound=100) == 104  # a batch longer than the bound is cut there
 
 
 def test_relative_and_file_uri_roots_become_absolute_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,7 +22,7 @@ import sys
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
 from kraftlake.cli.launcher import UserError
-from kraftlake.cli.runtime import (checkpoint_location, kafka_configs, meter, open_warehouse, storage_options,
+from kraftlake.cli.runtime import (checkpoint_location, meter, open_warehouse, replay_configs, storage_options,
                                    warehouse_root)
 from kraftlake.metadata.progress import NEVER
 from kraftlake.spark.controller_query import ControllerSettings, reset, run
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
                 shards=args.shards or config.get_int("kraftlake.shards", minimum=1), checkpoint=checkpoint,
                 once=args.once, max_records_per_batch=limit or None,
                 trigger_interval_ms=config.get_int("kraftlake.controller.trigger.interval.ms", minimum=0),
-                kafka_config=kafka_configs(config), lease_ttl_ms=ttl_ms)
+                kafka_config=replay_configs(config), lease_ttl_ms=ttl_ms)
             if args.reset:
                 reset(warehouse, checkpoint)
             finished = run(warehouse, settings, meter(config, "controller", "offsets"),

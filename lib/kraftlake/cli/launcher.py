@@ -29,6 +29,7 @@ import threading
 import time
 from typing import Callable, Sequence
 
+from kraftlake.codec.files import NotRegularFile
 from kraftlake.metadata.config import ConfigError
 from kraftlake.metadata.progress import TERMINAL_ENV
 
@@ -48,7 +49,7 @@ class UserError(Exception):
 
 
 # What reading a path the user named may raise when the path is wrong (with ValueError: not what it claims)
-PATH_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+PATH_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, NotRegularFile)
 
 
 def needs_spark(job: str, args: Sequence[str]) -> bool:

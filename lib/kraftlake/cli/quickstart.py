@@ -10,17 +10,19 @@ adds nothing: the ingest and the controller's checkpoint both remember what they
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
 from kraftlake.cli.ingest import print_summary
 from kraftlake.cli.launcher import PATH_ERRORS, UserError, error_line
-from kraftlake.cli.output import print_table
+from kraftlake.cli.sql_session import Session
 from kraftlake.cli.report import write_report
-from kraftlake.cli.runtime import checkpoint_location, kafka_configs, meter, open_warehouse
+from kraftlake.cli.runtime import checkpoint_location, meter, open_warehouse, replay_configs
+from kraftlake.codec.bounds import Limits
 from kraftlake.sim.sample import write_sample
 from kraftlake.spark.controller_query import ControllerSettings, run
-from kraftlake.spark.views import register_views
+from kraftlake.spark.catalog import Catalog
 from kraftlake.storage.ingest import ingest
 
 QUERIES = (
@@ -46,6 +48,11 @@ QUERIES = (
 )
 
 
+# piped into jobs/sql.py: two statements, one session
+SHELL = ("SELECT count(*) AS partitions, count_if(size(isr) < size(replicas)) AS under_replicated FROM describe;\n"
+         "SELECT topic, count(*) AS changes FROM partition_history GROUP BY topic ORDER BY topic;\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sample-dir", default="sample-data", help="where the sample log is written")
@@ -59,18 +66,26 @@ def main(argv: list[str] | None = None) -> int:
     print(f"sample cluster written to {log_dir}, what-if requests to {what_if}")
     warehouse = open_warehouse(config, "kraftlake-quickstart", with_spark=True)
     ingest(warehouse, [str(log_dir), str(what_if)], on_source=print_summary,
-           meter=lambda source: meter(config, f"ingest {source}"))
+           meter=lambda source: meter(config, f"ingest {source}"), limits=Limits.from_settings(config))
     run(warehouse, ControllerSettings(shards=config.get_int("kraftlake.shards", minimum=1),
                                       checkpoint=checkpoint_location(config, warehouse, "controller"), once=True,
-                                      kafka_config=kafka_configs(config)), meter(config, "controller", "offsets"))
-    register_views(warehouse)
+                                      kafka_config=replay_configs(config)), meter(config, "controller", "offsets"))
+    # the questions go through the SQL shell's session code, in this job's warm Spark
+    session = Session(Catalog(warehouse), "text", max_rows=1000, timing=False)
     for title, query in QUERIES:
         print(f"\n{title}:\n  {query}")
-        frame = warehouse.spark.sql(query)
-        print_table(frame.columns, [tuple(r) for r in frame.collect()])
+        if not session.run(query):
+            return 1
+    piped = SHELL.replace("\n", "\\n")
+    print("\nThe SQL shell (jobs/sql.py) reads `;`-separated statements from stdin, or from you on a terminal; "
+          f"these two as\n  printf \"{piped}\" | ./spark-submit.sh jobs/sql.py --warehouse {shlex.quote(warehouse.root)}\n"
+          "would answer them:")
+    if session.run_all(SHELL.splitlines(keepends=True), "stdin:") != 0:
+        return 1
     page = Path(args.sample_dir) / "report.html"
     write_report(warehouse.root, page, config, title="kraftlake quickstart: the sample cluster")
     print(f"\nwarehouse: {warehouse.root}\nreport: {page} (the timeline; open it in a browser)"
-          f"\nnext: ./spark-submit.sh jobs/sql.py --warehouse {warehouse.root} \"SELECT * FROM describe\"")
+          f"\nnext: ./spark-submit.sh jobs/sql.py --warehouse {shlex.quote(warehouse.root)}    "
+          "# the SQL shell: \\tables lists the tables and views, \\q quits")
     return 0
 

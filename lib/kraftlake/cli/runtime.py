@@ -7,7 +7,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from kraftlake.cli.launcher import UserError, error_line, is_storage_error
-from kraftlake.metadata.config import STORAGE_PREFIX, Config
+from kraftlake.metadata.config import DECODE_LIMITS, STORAGE_PREFIX, Config
 from kraftlake.metadata.progress import Meter, wanted
 from kraftlake.spark.session import get_spark
 from kraftlake.storage import Warehouse
@@ -106,6 +106,13 @@ def checkpoint_location(config: Config, warehouse: Warehouse, query: str, given:
 def kafka_configs(config: Config) -> dict[str, str]:
     """The Kafka settings of ``config`` (``broker.session.timeout.ms``, ...) that decisions read."""
     return {k: v for k, v in config.items() if not k.startswith(("kraftlake.", "spark."))}
+
+
+def replay_configs(config: Config) -> dict[str, str]:
+    """What a replay on Spark's executors reads of ``config``: the Kafka settings, and the decode limits
+    (``kraftlake.decode.*``) within which the quorum's replicas decode the record batches a FetchResponse
+    event carries (the controller's shards decode nothing)."""
+    return {**kafka_configs(config), **{k: config[k] for k in DECODE_LIMITS if k in config}}
 
 
 def meter(config: Config, label: str, unit: str = "records", total: int | None = None) -> Meter:

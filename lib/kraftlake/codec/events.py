@@ -63,14 +63,10 @@ def json_bytes(value: Any) -> str:
 
 def parse_timestamp(value: Any) -> int:
     """Milliseconds since the epoch, from a number of ms or an ISO-8601 text with a zone, within what
-    ``metadata_log``'s timestamp column holds."""
+    ``metadata_log``'s timestamp column holds, from the epoch on (``bounds.TIMESTAMP_MS``)."""
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
-    if _is_int(value):
-        if not _in(value, TIMESTAMP_MS):
-            raise EventError(f"timestamp {shown(value)} is outside the milliseconds the log can hold "
-                             f"({TIMESTAMP_MS[0]}..{TIMESTAMP_MS[1]})")
-        return value
+    ms = value
     if isinstance(value, str):
         try:
             moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -78,8 +74,13 @@ def parse_timestamp(value: Any) -> int:
             raise EventError(f"timestamp {shown(value)} is neither milliseconds nor ISO-8601") from exc
         if moment.tzinfo is None:
             raise EventError(f"timestamp {shown(value)} has no time zone (event time must be unambiguous)")
-        return int(moment.timestamp() * 1000)
-    raise EventError(f"timestamp {shown(value)} is neither milliseconds nor ISO-8601")
+        ms = int(moment.timestamp() * 1000)
+    elif not _is_int(value):
+        raise EventError(f"timestamp {shown(value)} is neither milliseconds nor ISO-8601")
+    if not _in(ms, TIMESTAMP_MS):
+        raise EventError(f"timestamp {shown(value)} is outside the milliseconds the log can hold "
+                         f"({TIMESTAMP_MS[0]}..{TIMESTAMP_MS[1]}: from the epoch on)")
+    return ms
 
 
 def _check_value(spec: FieldSpec, value: Any, version: int, path: str) -> Any:

@@ -17,7 +17,8 @@ from typing import Iterator
 
 from kraftlake.codec import batches, resync
 from kraftlake.codec.batches import BadRecord, BatchError, RecordBatch
-from kraftlake.codec.bounds import INT32, INT64, TIMESTAMP_MS, Limits, default_limits, named_topic_problem, shown
+from kraftlake.codec.bounds import (INT32, INT64, SEGMENT_OFFSET_SPAN, TIMESTAMP_MS, Limits, default_limits,
+                                    named_topic_problem, shown)
 from kraftlake.codec.files import kind, open_regular, read_regular
 from kraftlake.codec.messages import MessageError, Reader, decode_message
 from kraftlake.metadata.rejections import RAW_LIMIT, Item, Rejection
@@ -121,14 +122,28 @@ def batch_headers(buf: bytes | memoryview, start: int = 0, limit: int | None = N
     return headers, "end"
 
 
+def intact_end(buf: bytes | memoryview, start: int, limits: Limits | None = None) -> int:
+    """Where the last intact batch (header plausible, CRC right) at or after byte ``start`` ends; ``start``
+    when there is none. In a segment still being written, what follows it may be a batch whose bytes are
+    not all there yet, after damage too: a reader of it that decodes past this point rejects that batch
+    as truncated and loses it once it is complete (Kafka's own recovery truncates such a tail)."""
+    end = start
+    with resync.Scanner(buf, limits or default_limits()) as scanner:
+        while (found := scanner.next_intact(end)) is not None:
+            end = found + batches.LOG_OVERHEAD + struct.unpack_from(">i", buf, found + 8)[0]
+    return end
+
+
 def _checked_batches(buf: bytes | memoryview, source: str, first_offset: int | None, start: int,
-                     limits: Limits) -> Iterator[RecordBatch | Rejection]:
+                     limits: Limits, segment_base: int | None) -> Iterator[RecordBatch | Rejection]:
     """Batches whose offsets and epochs continue the log.
 
     baseOffset and partitionLeaderEpoch are outside the CRC, so a flipped bit there passes the CRC. A
     batch that goes backwards is rejected; one that jumps ahead while the next batch continues from where
     this one should have started has a corrupted header and is rejected too (one batch of look-ahead).
-    ``first_offset`` (a segment's base offset, from its file name) lets the first batch be checked too.
+    ``first_offset`` (the first batch's base offset: a segment's, from its file name) lets the first batch
+    be checked too. A segment's batches lie within ``segment_base`` + 0..2^31-1: Kafka keeps a segment's
+    offsets as 4-byte deltas from its base offset (its index entries), so a batch beyond cannot be its.
     """
     last_offset: int | None = None if first_offset is None else first_offset - 1
     last_epoch: int | None = None
@@ -137,6 +152,12 @@ def _checked_batches(buf: bytes | memoryview, source: str, first_offset: int | N
     def verdict(batch: RecordBatch, nxt: RecordBatch | None) -> Rejection | None:
         expected = None if last_offset is None else last_offset + 1
         raw_end = batch.position + batch.size
+        last = batch.base_offset + batch.last_offset_delta
+        if segment_base is not None and not segment_base <= batch.base_offset <= last \
+                <= segment_base + SEGMENT_OFFSET_SPAN:
+            return _damage(source, buf, batch.position, raw_end,
+                           f"offsets {batch.base_offset}..{last} lie outside those of a segment starting at "
+                           f"{segment_base} ({segment_base}..{segment_base + SEGMENT_OFFSET_SPAN})", batch.base_offset)
         if expected is not None and batch.base_offset < expected:
             return _damage(source, buf, batch.position, raw_end,
                            f"baseOffset {batch.base_offset} goes backwards (the log is at {expected})",
@@ -211,10 +232,11 @@ def _decode_value(batch: RecordBatch, record: batches.Record) -> tuple[str, int,
 
 
 def decode_buffer(buf: bytes | memoryview, source: str, first_offset: int | None = None,
-                  start: int = 0, limits: Limits | None = None) -> Iterator[Item]:
+                  start: int = 0, limits: Limits | None = None, segment_base: int | None = None) -> Iterator[Item]:
     """Events and rejections of a buffer holding record batches (a segment or a snapshot), from byte
-    ``start`` (a batch boundary; ``first_offset`` is then that batch's base offset)."""
-    for item in _checked_batches(buf, source, first_offset, start, limits or default_limits()):
+    ``start`` (a batch boundary; ``first_offset`` is then that batch's base offset); ``segment_base``: the
+    base offset of the segment the buffer is (its file name)."""
+    for item in _checked_batches(buf, source, first_offset, start, limits or default_limits(), segment_base):
         if isinstance(item, Rejection):
             yield item
             continue
@@ -262,7 +284,8 @@ def _misplaced(batch: RecordBatch, record: batches.Record, previous: int) -> str
     if not 0 <= record.offset <= INT64[1]:
         return f"offset {record.offset} is outside Kafka's offsets (0..{INT64[1]})"
     if not TIMESTAMP_MS[0] <= record.timestamp <= TIMESTAMP_MS[1]:
-        return f"timestamp {record.timestamp} is outside the milliseconds the log can hold"
+        return (f"timestamp {record.timestamp} is outside the milliseconds the log can hold ({TIMESTAMP_MS[0]}.."
+                f"{TIMESTAMP_MS[1]}: from the epoch on)")
     return None
 
 
@@ -297,11 +320,12 @@ def decode_file(path: str | os.PathLike, min_offset: int | None = None,
     """
     path = Path(path)
     segment = SEGMENT_NAME.match(path.name)
+    base = int(segment.group(1)) if segment else None
     # a segment starts at the offset in its name; a snapshot's batches count from 0
-    first_offset = int(segment.group(1)) if segment else 0 if snapshot_end_offset(path) else None
+    first_offset = base if segment else 0 if snapshot_end_offset(path) else None
     mapped = MappedFile(path)
     try:
-        for item in decode_buffer(mapped.buf, str(path), first_offset, limits=limits):
+        for item in decode_buffer(mapped.buf, str(path), first_offset, limits=limits, segment_base=base):
             if min_offset is not None and isinstance(item, dict) and item["offset"] < min_offset:
                 continue
             yield item
@@ -487,6 +511,24 @@ def read_leader_epoch_checkpoint(path: str | os.PathLike, content: bytes | None 
     if len(entries) != count:
         raise ValueError(f"{path}: line 2 announces {count} epochs, the file has {len(entries)}")
     return entries
+
+
+def read_meta_properties(path: str | os.PathLike, content: bytes | None = None) -> dict[str, str]:
+    """Kafka's ``meta.properties`` at the root of a log directory (``MetaProperties``): ``key=value`` lines,
+    ``#`` comments; the cluster's id is there (``cluster.id``), never in the metadata log. ``content``: the
+    file's bytes, when the caller read them already."""
+    values = {}
+    for number, line in enumerate(_text(path, content).splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ValueError(f"{path}: line {number}: expected key=value, got {shown(line)}")
+        values[key.strip()] = value.strip()
+    if "cluster.id" not in values:
+        raise ValueError(f"{path}: no cluster.id")
+    return values
 
 
 def read_quorum_state(path: str | os.PathLike, content: bytes | None = None) -> dict:

@@ -27,15 +27,15 @@ from kraftlake.controller.decisions import Context, Decision, error_code, record
 from kraftlake.controller.elections import (MV_DIRECTORIES, Election, change_partition, eligible_replicas,
     elr_enabled, elr_policy, metadata_version, supports, unclean_election_enabled)
 from kraftlake.controller.replication import broker_failover
+from kraftlake.image import causes
 from kraftlake.image.cluster_image import NO_LEADER, BrokerRegistration, ClusterImage, normalize_uuid
+from kraftlake.image.features import METADATA_VERSION, finalized_levels
 from kraftlake.image.replay import replay
 from kraftlake.metadata import uuids
 from kraftlake.metadata.config import setting
 
 SESSION_TIMEOUT = "broker.session.timeout.ms"
 
-METADATA_VERSION = "metadata.version"
-KRAFT_VERSION = "kraft.version"
 # metadata.version levels at which the broker records change (Kafka's MetadataVersion):
 MV_REGISTRATION_CHANGE = 6  # 3.3-IV2: BrokerRegistrationChangeRecord, not Fence/UnfenceBrokerRecord
 MV_CONTROLLED_SHUTDOWN_STATE = 7  # 3.3-IV3: InControlledShutdown persisted; RegisterBrokerRecord v1
@@ -308,6 +308,19 @@ def due_leader_balance(state: ControllerState, config: Mapping[str, str], now_ms
     return True
 
 
+def decided_cause(state: str, logged: str, request: dict, before_decision: bool) -> str:
+    """Why a decision of this controller took a broker to ``state``, where it knows more than the log's
+    rule (``logged``): a fencing before the request's own decision is a session that expired by its time
+    (``expire_sessions``); one by a heartbeat that ends no controlled shutdown is what the broker asked for."""
+    if state != causes.FENCED or logged == causes.CONTROLLED_SHUTDOWN_COMPLETED:
+        return logged
+    if before_decision:
+        return causes.SESSION_EXPIRED
+    if request["type"] == "BrokerHeartbeatRequest":
+        return causes.SHUTDOWN_REQUESTED if request["data"]["WantShutDown"] else causes.FENCE_REQUESTED
+    return logged
+
+
 def shutting_down(image: ClusterImage, state: ControllerState) -> frozenset[int]:
     """Brokers in a controlled shutdown this controller began (its heartbeat soft state), not those
     the log alone says are shutting down: after a failover Kafka's heartbeat manager starts empty."""
@@ -369,8 +382,7 @@ def _lowest_active_offset(image: ClusterImage, state: ControllerState) -> int:
 def _unsupported_feature(image: ClusterImage, listed: list[dict]) -> bool:
     """Whether the broker cannot run at some finalized feature level, kraft.version included."""
     ranges = {f["Name"]: (f["MinSupportedVersion"], f["MaxSupportedVersion"]) for f in listed}
-    finalized = {**image.features, KRAFT_VERSION: image.quorum.kraft_version}
-    for name, level in finalized.items():
+    for name, level in finalized_levels(image).items():
         default = _UNLISTED_METADATA_VERSION if name == METADATA_VERSION else _UNLISTED_FEATURE
         low, high = ranges.get(name, default)
         if not low <= level <= high:

@@ -21,10 +21,11 @@ from typing import Iterable, Iterator, Mapping
 import numpy as np
 import pyarrow as pa
 
-from kraftlake.controller.cluster_control import ControllerState
+from kraftlake.controller.cluster_control import ControllerState, decided_cause
 from kraftlake.controller.decisions import Context
 from kraftlake.controller.dispatch import handle_request, merge_responses
-from kraftlake.image import partition_changes
+from kraftlake.image import causes, features, partition_changes
+from kraftlake.image.causes import Batch, Cause, Marks
 from kraftlake.image.cluster_image import BrokerRegistration, ClusterImage, PartitionRegistration, normalize_uuid
 from kraftlake.image.partitions import registration
 from kraftlake.image.partition_store import PartitionStore
@@ -41,6 +42,8 @@ TOPIC_SCOPED = {"PartitionRecord": "TopicId", "PartitionChangeRecord": "TopicId"
 # quorum query's (``quorum_stream``), not the controller's.
 SKIPPED = frozenset({"NoOpRecord"}) | QUORUM_TRAFFIC
 MARKERS = frozenset({"EndTransactionRecord", "SnapshotFooterRecord"})
+# Events that may set feature levels (features rows): the records themselves, or the ends of what held them.
+FEATURE_EVENTS = frozenset({"FeatureLevelRecord", "KRaftVersionRecord"}) | MARKERS
 # A run of at least this many simple PartitionChangeRecords is applied to the columns at once
 # (``image.partition_changes``); shorter ones one by one, where the fixed cost of a column pass would
 # outweigh the records.
@@ -126,27 +129,35 @@ class ShardState:
 
     ``in_term`` is false while the shard replays records another controller wrote; the first request
     after them starts a term of its own (``cluster_control.take_over``), as a failover does in Kafka.
+    ``marks`` (shard 0's, which writes broker_history) say where each broker's registration and
+    controlled shutdown began, for the causes that name them (``causes.Marks``).
     """
 
     image: ClusterImage
     last_offset: int = -1
     controller: ControllerState = field(default_factory=ControllerState)
     in_term: bool = False
+    marks: dict[int, Marks] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
-        soft = json.dumps({"controller": self.controller.to_dict(), "in_term": self.in_term},
+        marks = [[broker, sorted([state, *mark] for state, mark in m.items())]
+                 for broker, m in sorted(self.marks.items())]
+        soft = json.dumps({"controller": self.controller.to_dict(), "in_term": self.in_term, "marks": marks},
                           separators=(",", ":")).encode()
         return (self.last_offset.to_bytes(8, "big", signed=True) + len(soft).to_bytes(4, "big") + soft
                 + self.image.to_bytes())
 
     @classmethod
     def from_bytes(cls, raw: bytes | None) -> "ShardState":
+        """Also an earlier release's state, which has no marks: causes then name no earlier event."""
         if not raw:
             return cls(ClusterImage())
         size = int.from_bytes(raw[8:12], "big")
         soft = json.loads(raw[12:12 + size])
+        marks = {broker: {state: (offset, type_) for state, offset, type_ in m}
+                 for broker, m in soft.get("marks", [])}
         return cls(ClusterImage.from_bytes(raw[12 + size:]), int.from_bytes(raw[:8], "big", signed=True),
-                   ControllerState.from_dict(soft["controller"]), soft["in_term"])
+                   ControllerState.from_dict(soft["controller"]), soft["in_term"], marks)
 
 
 def partition_row(topic: str, p: PartitionRegistration) -> dict:
@@ -159,7 +170,7 @@ def partition_row(topic: str, p: PartitionRegistration) -> dict:
 
 
 def history_row(topic: str, event: dict, before: PartitionRegistration | None,
-                after: PartitionRegistration | None) -> dict:
+                after: PartitionRegistration | None, why: Cause) -> dict:
     current = after if after is not None else before
     change = "create" if before is None else "delete" if after is None else "change"
     return {
@@ -181,6 +192,7 @@ def history_row(topic: str, event: dict, before: PartitionRegistration | None,
         "removing_replicas": None if after is None else list(after.removing_replicas),
         "elr": None if after is None else list(after.elr),
         "leader_recovery_state": None if after is None else after.leader_recovery_state,
+        "cause_kind": why.kind, "cause_offset": why.offset, "cause_broker": why.broker,
     }
 
 
@@ -241,6 +253,9 @@ class _Step:
         self.latest_partitions: dict[tuple[str, int], tuple[int, str, PartitionRegistration | None]] = {}
         self.latest_brokers: dict[int, tuple[dict, BrokerRegistration | None]] = {}
         self.unordered = True  # topics or partitions may be out of canonical order (until the first request)
+        # the batches of this step's log records that hold records causing others, by (source, position)
+        self.batches: dict[tuple[str | None, int | None], Batch] = {}
+        self.before_decision = False  # generated records come from what precedes a request's own decision
 
     def owns(self, topic_id: str) -> bool:
         return shard_of_topic(topic_id, self.shards) == self.shard
@@ -250,34 +265,87 @@ class _Step:
             self.request(event)
             return
         self.state.in_term = False  # a record another controller wrote: its term, not ours
-        self.apply(event, event, reporter=event["type"] in TOPIC_SCOPED or self.shard == 0)
+        reporter = event["type"] in TOPIC_SCOPED or self.shard == 0
+        self.apply(event, event, reporter, self.batch_of(event), event["offset"])
 
-    def apply(self, event: dict, cause: dict, reporter: bool) -> None:
-        """Replay one record (read from the log, or generated for ``cause``) and collect its rows."""
-        out = self.out
-        result = replay(self.image, event)
+    def batch_of(self, event: dict) -> Batch | None:
+        """The causes in ``event``'s batch of the log (``causes``), if any."""
+        return self.batches.get((event.get("source"), event.get("position"))) if self.batches else None
+
+    def apply(self, event: dict, cause: dict, reporter: bool, batch: Batch | None, place: int) -> None:
+        """Replay one record (read from the log, or generated for ``cause``) and collect its rows. ``batch``
+        and ``place``: the record's batch and its place in it, which the causes of its changes are read from."""
+        out, image = self.out, self.image
+        decided = cause is not event
+        kind = event["type"]
+        held = image.pending_events if kind in MARKERS and image.pending_kind is not None else []
+        if self.shard == 0 and kind in FEATURE_EVENTS:
+            settings = features.Settings(image, kind == "SnapshotFooterRecord")
+        result = replay(image, event)
         if result.rejected is not None and reporter:
             out.add("rejected", "append", cause["offset"], rejected_row(event, result.rejected))
         for offset, type_, reason in result.deferred_rejections:
             # held records were routed like any other: the topic's shard reports its own, shard 0 the rest
             if type_ in TOPIC_SCOPED or self.shard == 0:
                 out.add("rejected", "append", offset, rejected_row(event, reason, offset, type_))
-        if event["type"] == "TopicRecord" and result.rejected is None:
+        if kind == "TopicRecord" and result.rejected is None:
             self.names[event["data"]["TopicId"]] = event["data"]["Name"]  # one name, not all (O(topics²))
-        elif event["type"] in MARKERS:  # a transaction's held records, topics among them, applied at once
-            self.names.update((tid, t.name) for tid, t in self.image.topics.items())
-        if event["type"] in ("TopicRecord", "PartitionRecord") or event["type"] in MARKERS:
+        elif kind in MARKERS:  # a transaction's held records, topics among them, applied at once
+            self.names.update((tid, t.name) for tid, t in image.topics.items())
+        if kind in ("TopicRecord", "PartitionRecord") or kind in MARKERS:
             self.unordered = True
-        history_event = event if cause is event else {**event, "type": cause["type"]}
+        if kind == "EndTransactionRecord":  # a transaction is one batch, whatever batches carried it
+            batch = Batch.of((e["offset"], e["offset"], e) for e in held)
+        history_event = event if not decided else {**event, "type": cause["type"]}
         for before, after in result.partition_changes:
             current = after if after is not None else before
+            if kind == "SnapshotFooterRecord":
+                why = Cause(causes.SNAPSHOT_LOADED)
+            else:
+                why = causes.partition_cause(batch, current.last_offset if kind in MARKERS else place, before, after,
+                                             cause["offset"] if decided else None)
             topic = self.names.get(current.topic_id, "")
             out.add("partition_history", "append", cause["offset"],
-                    history_row(topic, history_event, before, after))
+                    history_row(topic, history_event, before, after, why))
             self.latest_partitions[(current.topic_id, current.partition_id)] = (cause["offset"], topic, after)
         if self.shard == 0:
             for before, after in result.broker_changes:
                 self.latest_brokers[(after or before).id] = (event, after)
+                self.broker_history(event, cause, before, after)
+            if kind in FEATURE_EVENTS and result.rejected is None and not result.deferred:
+                for row in settings.rows(event, held if kind in MARKERS else [event]):
+                    out.add("features", "append", cause["offset"], row)
+
+    def broker_history(self, event: dict, cause: dict, before: BrokerRegistration | None,
+                       after: BrokerRegistration | None) -> None:
+        """broker_history rows for one broker's change: a row per state it went through, with the cause."""
+        kind = event["type"]
+        broker = after if after is not None else before
+        registration = kind == "RegisterBrokerRecord" if kind not in MARKERS else causes.is_registration(before, after)
+        marks: Marks | None = self.state.marks.get(broker.id, {})
+        for state in causes.broker_transitions(before, after, registration):
+            if kind == "SnapshotFooterRecord":
+                reason, named = causes.SNAPSHOT_LOADED, None
+            else:
+                reason, named = causes.broker_cause(state, before, after, registration, marks or {})
+            if cause is not event:  # this controller's decision: it knows why, and the request is the cause
+                reason = decided_cause(state, reason, cause, self.before_decision)
+                named = (cause["offset"], cause["type"])
+            self.out.add("broker_history", "append", event["offset"], {
+                "offset": event["offset"], "timestamp": event["timestamp"], "broker_id": broker.id,
+                "epoch": broker.epoch, "incarnation_id": broker.incarnation_id, "state": state, "cause": reason,
+                "cause_offset": None if named is None else named[0],
+                "cause_type": None if named is None else named[1],
+                "record": kind, "fenced": None if after is None else after.fenced,
+                "in_controlled_shutdown": None if after is None else after.in_controlled_shutdown})
+            if kind == "SnapshotFooterRecord" and state == causes.REGISTERED:
+                marks = {}  # where its registration was, a snapshot does not say
+            else:
+                marks = causes.marked(marks or {}, state, event["offset"], cause["type"])
+        if marks is None:
+            self.state.marks.pop(broker.id, None)
+        else:
+            self.state.marks[broker.id] = marks
 
     def _record_by_record(self, run: int) -> bool:
         """Whether a run of ``run`` records goes one by one: too short to pay for a column pass, or inside
@@ -344,6 +412,7 @@ class _Step:
         def ints(name: str) -> list:
             return [getattr(r, name) for r in regs]
 
+        why = [causes.partition_cause(self.batch_of(e), e["offset"], None, r, None) for e, r in made]
         self.out.rows.append(Block("partition_history", rows_table(
             "partition_history", "append", offsets, self.out.seqs(n), {
                 "offset": offsets, "timestamp": [e["timestamp"] for e, _ in made], "applied_offset": offsets,
@@ -354,7 +423,8 @@ class _Step:
                 "leader_epoch": ints("leader_epoch"), "partition_epoch_before": nulls,
                 "partition_epoch": ints("partition_epoch"), "adding_replicas": ints("adding_replicas"),
                 "removing_replicas": ints("removing_replicas"), "elr": ints("elr"),
-                "leader_recovery_state": ints("leader_recovery_state")})))
+                "leader_recovery_state": ints("leader_recovery_state"), "cause_kind": [w.kind for w in why],
+                "cause_offset": [w.offset for w in why], "cause_broker": [w.broker for w in why]})))
         latest = self.latest_partitions
         for offset, name, r in zip(offsets, names, regs):
             latest[(r.topic_id, r.partition_id)] = (offset, name, _FAST)
@@ -379,11 +449,26 @@ class _Step:
                 "partition_epoch_before": applied.partition_epoch[0], "partition_epoch": applied.partition_epoch[1],
                 "adding_replicas": _lists(ints, cols["adding_replicas"][rows], pa.int32()),
                 "removing_replicas": _lists(ints, cols["removing_replicas"][rows], pa.int32()),
-                "elr": _lists(ints, cols["elr"][rows], pa.int32()), "leader_recovery_state": applied.recovery})))
+                "elr": _lists(ints, cols["elr"][rows], pa.int32()), "leader_recovery_state": applied.recovery,
+                **self._column_causes(changes, applied)})))
         latest = self.latest_partitions
         for topic_id, partition, offset, name in zip(changes.topic_ids, changes.partitions.tolist(),
                                                      offsets.tolist(), names):
             latest[(topic_id, partition)] = (offset, name, _FAST)
+
+    def _column_causes(self, changes: partition_changes.Changes, applied: partition_changes.Applied) -> dict:
+        """``causes.change_causes`` of a run on the columns, as partition_history's cause columns."""
+        n = len(changes)
+        groups, batches = np.full(n, -1, np.int64), list(self.batches.values())
+        if batches:  # only batches with causes are kept: a step without broker records has none
+            index = {key: i for i, key in enumerate(self.batches)}
+            groups = np.fromiter((index.get(key, -1) for key in zip(changes.sources, changes.positions)), np.int64, n)
+        kinds, offsets, brokers = causes.change_causes(changes.offsets, groups, batches, applied.leader, applied.isr,
+                                                       self.image.store.ints.values)
+        names = pa.array(causes.COLUMN_KINDS)
+        return {"cause_kind": pa.DictionaryArray.from_arrays(pa.array(kinds, pa.int8()), names),
+                "cause_offset": pa.array(offsets, pa.int64(), mask=offsets < 0),
+                "cause_broker": pa.array(brokers, pa.int32(), mask=brokers < 0)}
 
     def request(self, request: dict) -> None:
         """Decide a request as Kafka's controller would: first fence the brokers whose sessions expired
@@ -397,7 +482,8 @@ class _Step:
         ctx = Context(now_ms=request["timestamp"], offset=request["offset"], config=self.config, owns=self.owns,
                       whole_image=self.shards == 1)
         decision = handle_request(self.image, state.controller, request, ctx,
-                                  lambda records: self.generated(request, records), starts_term=not state.in_term)
+                                  lambda records: self.generated(request, records, before_decision=True),
+                                  starts_term=not state.in_term)
         state.in_term = True
         if decision is None:
             if self.shard == 0:
@@ -408,17 +494,21 @@ class _Step:
         self.out.add("responses", "response", request["offset"],
                      {**response_row(request, decision.response), "shard": self.shard})
 
-    def generated(self, request: dict, records: list[dict]) -> None:
+    def generated(self, request: dict, records: list[dict], before_decision: bool = False) -> None:
         """Records a decision made: partition records stay with their topic's shard; every other record
-        is replayed by every shard (they all decided it alike) and logged by shard 0."""
-        for record in records:
+        is replayed by every shard (they all decided it alike) and logged by shard 0. They are one batch, as
+        in Kafka's log; ``before_decision``: what the controller did before deciding the request itself
+        (session expiries, leader balance)."""
+        batch = Batch.of((place, request["offset"], record) for place, record in enumerate(records))
+        self.before_decision = before_decision
+        for place, record in enumerate(records):
             topic_id = record["data"].get(TOPIC_SCOPED.get(record["type"], ""))
             if topic_id is not None and not self.owns(topic_id):
                 continue
             logged = topic_id is not None or self.shard == 0
             event = {**record, "offset": request["offset"], "leader_epoch": request["leader_epoch"],
                      "timestamp": request["timestamp"], "source": None, "position": None}
-            self.apply(event, request, reporter=logged)
+            self.apply(event, request, logged, batch, place)
             if logged:
                 # seq: the record's place among the request's records on this shard, whatever the batch
                 self.out.add("controller_log", "append", request["offset"],
@@ -491,6 +581,7 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
         elif not columns and changes is not None:
             events = sorted(events + [changes.event(i) for i in range(len(changes))], key=lambda e: e["offset"])
             changes = None
+        work.batches = _batches(events)  # simple PartitionChangeRecords cause nothing: they are not looked at
         if changes is not None:
             changes = changes.take(np.flatnonzero(changes.offsets > state.last_offset))
             # each dict event's place among the column records: those before it are one run
@@ -517,6 +608,19 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
         if creations:
             work.creations(creations)
         return work.finish(topics_before, configs_before)
+
+
+def _batches(events: list[dict]) -> dict[tuple[str, int], Batch]:
+    """The batches of the log (records sharing a source and position) that hold records causing others.
+    The streaming source cuts micro-batches between batches only, so a step sees each of its batches whole."""
+    found: dict[tuple[str, int], Batch] = {}
+    for event in events:
+        if event["type"] not in causes.CAUSE_TYPES:
+            continue
+        source, position = event.get("source"), event.get("position")
+        if source is not None and position is not None:
+            found.setdefault((source, position), Batch([], {})).add(event["offset"], event["offset"], event)
+    return found
 
 
 @contextmanager

@@ -26,9 +26,11 @@ from kraftlake.metadata import uuids
 __all__ = ["PartitionRegistration"]  # defined with the columns that hold it, re-exported here
 
 # Kafka's reserved directory ids (``DirectoryId``): MIGRATING marks a replica whose directory was never
-# recorded (pre-JBOD metadata), UNASSIGNED a new replica not yet placed in a directory.
+# recorded (pre-JBOD metadata), UNASSIGNED a new replica not yet placed in a directory, LOST one whose
+# directory went offline unnamed.
 DIR_MIGRATING = uuids.from_bytes(bytes(16))
 DIR_UNASSIGNED = uuids.from_bytes(bytes(15) + b"\x01")
+DIR_LOST = uuids.from_bytes(bytes(15) + b"\x02")
 
 NO_LEADER = -1
 NO_LEADER_CHANGE = -2  # PartitionChangeRecord.Leader default: "leader unchanged"

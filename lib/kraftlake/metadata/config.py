@@ -32,6 +32,7 @@ __all__ = [
     "ConfigWarning",
     "DECODE_LIMITS",
     "ENGINES",
+    "INGEST_BOUNDS",
     "STORAGE_PREFIX",
     "default_properties_path",
     "defaults",
@@ -48,6 +49,9 @@ ENGINES = ("auto", "native", "delta-rs")
 #: What one input may cost (``kraftlake.codec.bounds.Limits``): a batch, a record, a hand-written event, in bytes.
 DECODE_LIMITS = ("kraftlake.decode.batch.max.bytes", "kraftlake.decode.record.max.bytes",
                  "kraftlake.decode.event.max.bytes")
+#: Where an event may land as it enters the log (``kraftlake.codec.bounds.Limits``): how many offsets past the
+#: log's end, how many ms past the clock of the job that writes it.
+INGEST_BOUNDS = ("kraftlake.ingest.offset.max.gap", "kraftlake.ingest.timestamp.after.max.ms")
 #: Settings under this prefix are delta-rs storage options (``kraftlake.storage.aws_endpoint_url``, ...).
 STORAGE_PREFIX = "kraftlake.storage."
 
@@ -337,7 +341,7 @@ def _validate(config: Config) -> None:
     config.get_int("kraftlake.shards", minimum=1)
     config.get_bool("kraftlake.strict")
     config.get_int("kraftlake.ingest.batch.records", minimum=1)
-    for key in DECODE_LIMITS:
+    for key in (*DECODE_LIMITS, *INGEST_BOUNDS):
         config.get_int(key, minimum=1)
     config.get_str("kraftlake.progress", choices=progress.MODES)
     config.get_int("kraftlake.progress.interval.ms", minimum=0)

@@ -103,7 +103,8 @@ def table_keys(name: str) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=1)
-def _table_names() -> tuple[str, ...]:
+def table_names() -> tuple[str, ...]:
+    """Every warehouse table ``schemas/tables/`` declares (those with a ``kraftlake`` attribute), by name."""
     return tuple(sorted(entry.name[: -len(".avsc")] for entry in (schema_dir() / "tables").iterdir()
                         if entry.name.endswith(".avsc") and "kraftlake" in json.loads(entry.read_text())))
 
@@ -112,11 +113,11 @@ def _table_names() -> tuple[str, ...]:
 def tables_of(writer: str, role: str | None = None) -> tuple[str, ...]:
     """The tables ``writer`` (ingest, controller, quorum) commits, only those of ``role`` if given, in
     their declared ``order``."""
-    found = [(table_role(n)["order"], n) for n in _table_names()
+    found = [(table_role(n)["order"], n) for n in table_names()
              if writer in table_role(n)["writers"] and role in (None, table_role(n)["role"])]
     return tuple(n for _, n in sorted(found))
 
 
 def derived_tables() -> tuple[str, ...]:
     """The tables the queries rebuild from ``metadata_log`` (``--reset`` deletes them): those ingest never writes."""
-    return tuple(n for n in _table_names() if "ingest" not in table_role(n)["writers"])
+    return tuple(n for n in table_names() if "ingest" not in table_role(n)["writers"])

@@ -1,11 +1,16 @@
 """The warehouse as SQL: every table as a view named after it, plus the operators' standing questions
-(``describe``, ``reassignments``, ``quorum_history``) as views over them."""
+(``describe``, ``reassignments``, ``quorum_history``) as views over them (``VIEWS``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
+from kraftlake.image.cluster_image import DIR_LOST, DIR_MIGRATING, DIR_UNASSIGNED
+from kraftlake.metadata.schemas import registry
+from kraftlake.metadata.tables import table_arrow_schema
 from kraftlake.storage import Warehouse
 
 
@@ -84,19 +89,120 @@ ORDER BY a.epoch
 """
 
 
+# Kafka's codes by name. The tables keep what Kafka's records hold (a ConfigRecord's ResourceType, a
+# LeaderRecoveryState, directory Uuids), so they read like the log and join with it; beside each, a view
+# ``<table>_decoded`` shows the same rows with those codes as Kafka names them.
+CONFIG_RESOURCE_TYPES = {2: "TOPIC", 4: "BROKER", 8: "BROKER_LOGGER", 16: "CLIENT_METRICS", 32: "GROUP"}  # else UNKNOWN
+LEADER_RECOVERY_STATES = {0: "RECOVERED", 1: "RECOVERING"}
+DIRECTORY_IDS = {DIR_MIGRATING: "MIGRATING", DIR_UNASSIGNED: "UNASSIGNED", DIR_LOST: "LOST"}  # else the id itself
+
+
+def _named(expression: str, names: Mapping[object, str], otherwise: str) -> str:
+    cases = " ".join(f"WHEN {value!r} THEN '{name}'" for value, name in names.items())
+    return f"CASE {expression} {cases} ELSE {otherwise} END"
+
+
+# table -> {column: (the view's column, its expression)}; None drops the column
+DECODED: dict[str, dict[str, tuple[str, str] | None]] = {
+    "brokers": {"fenced": ("state", "CASE WHEN fenced THEN 'fenced' WHEN in_controlled_shutdown "
+                                    "THEN 'controlled_shutdown' ELSE 'unfenced' END"),
+                "in_controlled_shutdown": None},
+    "configs": {"resource_type": ("resource_type", _named("resource_type", CONFIG_RESOURCE_TYPES, "'UNKNOWN'"))},
+    "partitions": {
+        "leader_recovery_state": ("leader_recovery_state",
+                                  _named("leader_recovery_state", LEADER_RECOVERY_STATES, "NULL")),
+        "directories": ("directories", f"transform(directories, d -> {_named('d', DIRECTORY_IDS, 'd')})")},
+    "partition_history": {"leader_recovery_state": ("leader_recovery_state",
+                                                    _named("leader_recovery_state", LEADER_RECOVERY_STATES, "NULL"))},
+}
+
+
+def decoding_view(table: str, present: list[str] | None = None) -> str:
+    """The SQL of ``<table>_decoded``: the table's columns in their order (``present``: those the warehouse's
+    table has, an older one maybe fewer; by default its schema's), codes replaced."""
+    columns = []
+    for name in present if present is not None else table_arrow_schema(table).names:
+        if name not in DECODED[table]:
+            columns.append(f"`{name}`")
+        elif DECODED[table][name] is not None:
+            alias, expression = DECODED[table][name]
+            columns.append(f"{expression} AS `{alias}`")
+    return f"SELECT {', '.join(columns)} FROM {table}"
+
+
+def cluster_view(names: list[str], log_columns: list[str]) -> str | None:
+    """The SQL of ``cluster``, over the tables among ``names`` (``log_columns``: metadata_log's, an older
+    table may lack a newer type's): the cluster's id, where the input has it, and
+    its finalized feature levels now (the last ``features`` row of each). Kafka keeps the id in each log
+    directory's meta.properties, not in the metadata log; the log holds it only in requests (a hand-written
+    BrokerRegistrationRequest, the quorum's traffic). The first place that has one, in this order, says it."""
+    found = []
+    if "quorum_files" in names:
+        # Spark unescapes the literal's \t, \r, \n into the characters: the regex holds no backslash
+        found.append("SELECT regexp_extract(content, '(?m)^[ \\t]*cluster[.]id[ \\t]*=[ \\t]*([^ \\t\\r\\n]+)', 1) "
+                     "AS id, 'meta.properties' AS found_in, 0 AS rank FROM quorum_files WHERE kind = 'meta.properties'")
+    carrying = sorted(m.name for m in registry().event_types() if "ClusterId" in m.by_name and m.name in log_columns)
+    if "metadata_log" in names and carrying:
+        found.append(f"SELECT coalesce({', '.join(f'{t}.ClusterId' for t in carrying)}) AS id, type AS found_in, "
+                     "CASE type WHEN 'BrokerRegistrationRequest' THEN 1 ELSE 2 END AS rank FROM metadata_log "
+                     f"WHERE type IN ({', '.join(repr(t) for t in carrying)})")
+    if "quorum_files" in names:
+        found.append("SELECT get_json_object(content, '$.clusterId') AS id, 'quorum-state' AS found_in, 99 AS rank "
+                     "FROM quorum_files WHERE kind = 'quorum-state'")
+    if not found or "features" not in names:
+        return None
+    return f"""
+WITH ids AS ({' UNION ALL '.join(found)}),
+known AS (SELECT id, found_in FROM ids WHERE id IS NOT NULL AND id <> '' ORDER BY rank, found_in LIMIT 1),
+levels AS (SELECT feature, max_by(level, struct(applied_offset, offset)) AS level FROM features GROUP BY feature)
+SELECT (SELECT id FROM known) AS cluster_id, (SELECT found_in FROM known) AS cluster_id_from,
+       (SELECT level FROM levels WHERE feature = 'metadata.version') AS metadata_version,
+       (SELECT map_from_entries(sort_array(collect_list(struct(feature, level)))) FROM levels) AS features
+"""
+
+
+def _decoded(table: str) -> Callable[[Any], str]:
+    """``<table>_decoded``'s SQL over the table as the session has it registered (an older table may lack a
+    newer column): reading its columns resolves it first (``Catalog._create``)."""
+    return lambda catalog: decoding_view(table, catalog.spark.table(table).columns)
+
+
+def _cluster(catalog: Any) -> str | None:
+    """``cluster``'s SQL over those of its tables the warehouse has; None without ``features``."""
+    names = [n for n in ("quorum_files", "metadata_log", "features") if catalog.resolve_if_present(n)]
+    log_columns = catalog.spark.table("metadata_log").columns if "metadata_log" in names else []
+    return cluster_view(names, log_columns)
+
+
+@dataclass(frozen=True)
+class View:
+    """A standing question as a temporary view over the tables. Registered from its SQL text, so each
+    query resolves it against the tables as registered then (never a plan frozen at registration). ``sql``
+    is the text, or makes it from the ``Catalog`` registering it, for a view whose columns depend on the
+    tables the warehouse has (None: it has too few: ``needs`` is the table that keeps it out)."""
+
+    name: str
+    sql: str | Callable[[Any], str | None]
+    doc: str  # one line, for the SQL shell's \\tables
+    needs: str = ""
+
+
+VIEWS = (
+    View("describe", DESCRIBE, "One line per partition, topics by name, in the spirit of kafka-topics.sh --describe."),
+    View("reassignments", REASSIGNMENTS, "Partitions under reassignment (KIP-455), with when it started and its age."),
+    View("quorum_history", QUORUM_HISTORY, "The metadata quorum's epochs (KIP-595): leader, voters, records, duration."),
+    *(View(f"{table}_decoded", _decoded(table), f"{table} with Kafka's codes by name ({', '.join(codes)}).")
+      for table, codes in (("brokers", ["state"]), ("configs", ["resource_type"]),
+                           ("partitions", ["leader_recovery_state", "directories"]),
+                           ("partition_history", ["leader_recovery_state"]))),
+    View("cluster", _cluster, "The cluster id, where the input has it, and the finalized feature levels now.",
+         needs="features"),
+)
+
+
 def register_views(warehouse: Warehouse) -> list[str]:
-    """Every table of the warehouse as a temporary view named after it, plus ``describe``,
-    ``reassignments`` and ``quorum_history``."""
-    names = warehouse.names()
-    for name in names:
-        warehouse.read_df(name).createOrReplaceTempView(name)
-    if "metadata_log" in names:
-        warehouse.spark.sql(QUORUM_HISTORY).createOrReplaceTempView("quorum_history")
-        names.append("quorum_history")
-    if "partitions" in names:
-        warehouse.spark.sql(DESCRIBE).createOrReplaceTempView("describe")
-        names.append("describe")
-        if "partition_history" in names:
-            warehouse.spark.sql(REASSIGNMENTS).createOrReplaceTempView("reassignments")
-            names.append("reassignments")
-    return names
+    """Every table of the warehouse as a temporary view named after it, plus the ``VIEWS`` whose tables
+    it has: all at once, for a session that queries them directly (``kraftlake.spark.catalog``)."""
+    from kraftlake.spark.catalog import Catalog  # which builds on the views above
+
+    return Catalog(warehouse).register_all()

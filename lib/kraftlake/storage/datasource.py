@@ -8,7 +8,8 @@ everything here must import on a plain executor with pyspark, pyarrow and deltal
 Streaming position is the table's integer offset column, not the Delta version: the metadata log is
 appended in increasing offset order (ADR 0001), so "offset in (start, end]" names the same rows in
 every later version of the table, whatever files compaction produced, and a micro-batch can be cut
-at any row rather than at commit boundaries (which is what makes ``maxRecordsPerBatch`` possible).
+at any row rather than at commit boundaries (which is what makes ``maxRecordsPerBatch`` possible);
+in ``metadata_log``, at the end of a Kafka record batch (``deltars.batch_end``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from pyspark.sql.types import StructType
 
 from kraftlake.codec.events import json_bytes
 from kraftlake.storage.deltars import PAYLOAD
-from kraftlake.storage.deltars import (StorageOptions, column_max, dataset, nth_value_after, read_range,
+from kraftlake.storage.deltars import (StorageOptions, batch_end, column_max, dataset, nth_value_after, read_range,
                                        split_range)
 
 if TYPE_CHECKING:
@@ -158,6 +159,10 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.max_rows is not None and self.max_rows < 1:
             raise ValueError(f"maxRecordsPerBatch must be positive, got {self.max_rows}")
         self.started_with = spark_schema(self._open())
+        # a table of the log's records, which ingest gives their record batch's source and position: a micro-batch
+        # ends with a whole record batch (``batch_end``), so a batch's records, which explain each other, are
+        # never split between micro-batches
+        self.batched = {"source", "position"} <= set(self.started_with.fieldNames())
         folded = options.get("jsonPayload")
         self.folded = folded.split(",") if folded else []
         types = options.get("typeIn")
@@ -206,7 +211,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxRows):
             nth = nth_value_after(table, self.column, after, limit.max_rows)
             if nth is not None:
-                latest = min(latest, nth)
+                latest = min(latest, batch_end(table, self.column, nth) if self.batched else nth)
         elif not isinstance(limit, ReadAllAvailable):
             raise ValueError(f"{NAME} supports ReadAllAvailable and ReadMaxRows limits, not {limit!r}")
         return {"offset": latest}

@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import numpy as np
 import pyarrow as pa
@@ -65,14 +65,21 @@ BACKFILL = "kraftlake.backfill"
 _DELETE_FLAG = "__kraftlake_delete"
 
 
+def local_path(uri: str) -> str | None:
+    """The absolute local path a path or a ``file:`` URI names; None for any other URI. A URI's path is
+    percent-encoded (delta-rs gives a table's URI so: ``x y/{w}`` as ``x%20y/%7Bw%7D``), a path is not."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        return os.path.abspath(unquote(parsed.path))
+    if parsed.scheme == "":
+        return os.path.abspath(uri)
+    return None
+
+
 def normalize_root(root: str) -> str:
     """Absolute path for local roots: executors and the Delta log must not depend on a cwd."""
-    parsed = urlparse(root)
-    if parsed.scheme == "file":
-        return os.path.abspath(parsed.path)
-    if parsed.scheme == "":
-        return os.path.abspath(root)
-    return root.rstrip("/")
+    path = local_path(root)
+    return root.rstrip("/") if path is None else path
 
 
 def is_local(root: str) -> bool:
@@ -102,11 +109,8 @@ def filesystem(uri: str, storage_options: StorageOptions = None) -> tuple[pafs.F
             endpoint_override=None if endpoint is None else urlparse(endpoint).netloc or endpoint,
             scheme="http" if endpoint is not None and endpoint.startswith("http://") else "https")
         return s3, f"{parsed.netloc}{parsed.path}".rstrip("/")
-    if parsed.scheme == "file":
-        return pafs.LocalFileSystem(), os.path.abspath(parsed.path)
-    if parsed.scheme == "":
-        return pafs.LocalFileSystem(), os.path.abspath(uri)
-    return pafs.FileSystem.from_uri(uri)
+    path = local_path(uri)
+    return pafs.FileSystem.from_uri(uri) if path is None else (pafs.LocalFileSystem(), path)
 
 
 @dataclass(frozen=True)
@@ -148,13 +152,6 @@ def file_ranges(table: DeltaTable, column: str) -> list[FileRange]:
     ]
 
 
-def _local_root(table: DeltaTable) -> str | None:
-    parsed = urlparse(table.table_uri)
-    if parsed.scheme in ("", "file"):
-        return os.path.abspath(parsed.path)
-    return None
-
-
 def dataset(table: DeltaTable, paths: Iterable[str] | None = None, dictionary: Sequence[str] = ()) -> pads.Dataset:
     """The table's active files (or ``paths`` of them, relative to the table) as a pyarrow dataset; the
     string columns in ``dictionary`` are read as Parquet stores them, dictionary-encoded (a column of few
@@ -167,7 +164,7 @@ def dataset(table: DeltaTable, paths: Iterable[str] | None = None, dictionary: S
     deletion vectors nor column mapping nor partitions (delta-rs does not write them), so the files
     plus the table schema are the whole snapshot; files that predate a column read it as null.
     """
-    root = _local_root(table)
+    root = local_path(table.table_uri)
     schema = pa.schema([f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in dictionary else f
                         for f in pa.schema(table.schema().to_arrow())])
     options = pads.ParquetReadOptions(dictionary_columns=list(dictionary))
@@ -187,7 +184,7 @@ def dataset(table: DeltaTable, paths: Iterable[str] | None = None, dictionary: S
 
 def _fragments(table: DeltaTable, paths: list[str]) -> dict[str, pads.Fragment]:
     """Fragments keyed by their path relative to the table, as the Delta log names them."""
-    root = _local_root(table)
+    root = local_path(table.table_uri)
     return {(os.path.relpath(f.path, root) if root else f.path): f
             for f in dataset(table, paths).get_fragments()}
 
@@ -239,6 +236,34 @@ def nth_value_after(table: DeltaTable, column: str, after: int, n: int) -> int |
         found = values.column(column).drop_null().to_numpy().astype(np.int64, copy=False)
         smallest = np.sort(np.concatenate([smallest, found]))[:n]
     return int(smallest[n - 1]) if len(smallest) >= n else None
+
+
+# The most records Kafka's controller writes in one record batch (QuorumController.MAX_RECORDS_PER_BATCH): how far
+# ``batch_end`` looks for the end of a batch.
+MAX_BATCH_RECORDS = 10_000
+
+
+def batch_end(table: DeltaTable, column: str, at: int, bound: int = MAX_BATCH_RECORDS) -> int:
+    """The last value of ``column`` in the record batch that holds the row at ``at``: the rows from it on that
+    share its ``source`` and ``position`` (a Kafka record batch, whose records ingest gives one position), at
+    most ``bound`` values on. A row without a source or position is a batch of its own.
+
+    The window read grows from a few hundred rows: most batches are short, and a long one is read once more.
+    """
+    size = min(256, bound)
+    while True:
+        rows = read_range(table, column, at - 1, at + size, [column, "source", "position"])
+        values = rows.column(column).to_numpy()
+        source, position = rows.column("source")[0], rows.column("position")[0]
+        if not source.is_valid or not position.is_valid:
+            return at
+        same = pc.and_(pc.equal(rows.column("source"), source), pc.equal(rows.column("position"), position))
+        same = pc.fill_null(same, False).to_numpy(zero_copy_only=False)
+        if not same.all():
+            return int(values[int(np.argmin(same)) - 1])
+        if size >= bound:
+            return int(values[-1])
+        size = min(size * 8, bound)
 
 
 def split_range(table: DeltaTable, column: str, lo: int, hi: int, target_rows: int) -> list[tuple[int, int]]:

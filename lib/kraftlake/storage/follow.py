@@ -9,6 +9,10 @@ so a poll reads only the bytes appended since the last one.
 What a live directory does, and what the follower does about it:
 
 - a batch still being written (its bytes not all there yet) is left for the next poll, never rejected;
+  after damage too: the active segment's bytes after its last intact batch wait until an intact batch
+  follows them or the segment rolls, and only then is what is not a batch rejected (a torn batch looks
+  like damage running to the file's end; Kafka's own recovery truncates such a tail). Damage is reported
+  once, also by a follower started again that reads the same bytes;
 - an entry named like a segment or a snapshot that is not a regular file (a link, a FIFO) is never read,
   and reported once (``codec.files``);
 - the active segment rolls (a new ``<base offset>.log``): the follower moves on once it has read the old
@@ -39,12 +43,12 @@ import pyarrow.compute as pc
 
 from kraftlake.codec.bounds import Limits, default_limits
 from kraftlake.codec.logdir import (HISTORY, SEGMENT_NAME, BatchHeader, MappedFile, batch_headers, decode_buffer,
-                                    decode_snapshot, list_partition_dir, plan_partition_dir, skipped_entries,
-                                    snapshot_end_offset)
+                                    decode_snapshot, intact_end, list_partition_dir, plan_partition_dir,
+                                    skipped_entries, snapshot_end_offset)
 from kraftlake.metadata.rejections import Rejection
 from kraftlake.metadata.tables import metadata_log_schema, table_arrow_schema
 from kraftlake.storage.deltars import DeltaRsTables
-from kraftlake.storage.ingest import StrictModeError
+from kraftlake.storage.ingest import StrictModeError, refusal, unit
 from kraftlake.storage.tables import events_to_arrow, rejections_to_arrow, rows_to_events
 
 # the batch headers remembered per segment, to find how deep a rewrite goes (KRaft truncates only the
@@ -122,8 +126,10 @@ class Follower:
         if snapshot is None:
             return None
         items = list(decode_snapshot(snapshot, self.limits))
-        result = self._commit([i for i in items if isinstance(i, dict)], [i for i in items if isinstance(i, Rejection)])
-        self.next_offset = snapshot_end_offset(snapshot)[0]
+        placed, refused = self._placed([i for i in items if isinstance(i, dict)])
+        result = self._commit(placed, refused + [i for i in items if isinstance(i, Rejection)])
+        if placed:  # a snapshot named far past where the log can go on is no start
+            self.next_offset = snapshot_end_offset(snapshot)[0]
         return result
 
     def _anchor(self, segments: list[Path]) -> _Cursor | None:
@@ -204,24 +210,50 @@ class Follower:
             self.cursor = _Cursor(newer[0], int(SEGMENT_NAME.match(newer[0].name).group(1)), 0)
 
     def _read(self, cursor: _Cursor, mapped: MappedFile, rolled: bool) -> PollResult:
-        """The whole batches after ``cursor.position`` (all the bytes once the segment has rolled: a partial
-        batch there will never be completed and is damage)."""
+        """The whole batches after ``cursor.position``, and any damage between them, up to the last intact
+        batch: what follows it may be a batch still being written (all the bytes once the segment has
+        rolled: a partial batch there will never be completed and is damage)."""
         headers, stop = batch_headers(mapped.buf, cursor.position, limits=self.limits)
-        end = len(mapped.buf) if rolled or stop == "damage" else (headers[-1].position + headers[-1].size
-                                                                    if headers else cursor.position)
+        whole = headers[-1].position + headers[-1].size if headers else cursor.position
+        end = len(mapped.buf) if rolled else intact_end(mapped.buf, whole, self.limits) if stop == "damage" else whole
         if end <= cursor.position:
             return PollResult()
         first = headers[0].base_offset if headers and headers[0].position == cursor.position else None
         items = list(decode_buffer(memoryview(mapped.buf)[:end], str(cursor.segment), first, cursor.position,
-                                   self.limits))
+                                   self.limits, cursor.base))
         seen = [i for i in items if isinstance(i, dict) and i["offset"] < self.next_offset]
-        new = [i for i in items if isinstance(i, dict) and i["offset"] >= self.next_offset]
-        rejections = [i for i in items if isinstance(i, Rejection) and (i.offset is None or i.offset >= self.next_offset)]
+        new, refused = self._placed([i for i in items if isinstance(i, dict) and i["offset"] >= self.next_offset])
+        rejections = self._unreported(cursor.segment, refused + [
+            i for i in items if isinstance(i, Rejection) and (i.offset is None or i.offset >= self.next_offset)])
         self._compare(seen)
         result = self._commit(new, rejections)
         cursor.consumed.extend(h for h in headers if h.position + h.size <= end)
         cursor.position = end
         return result
+
+    def _placed(self, events: list[dict]) -> tuple[list[dict], list[Rejection]]:
+        """Of ``events`` (past the log's end, in offset order), those that may enter the log as of now, and
+        the rejections of the others (``Limits.placement_problem``: as ingest places a source's)."""
+        now_ms, end = int(time.time() * 1000), self.next_offset - 1
+        placed, refused = [], []
+        for event in events:
+            problem = self.limits.placement_problem(event["offset"], event["timestamp"], end, now_ms)
+            if problem is not None:
+                refused.append(refusal(event, *problem, unit("segment")))
+                continue
+            placed.append(event)
+            end = event["offset"]
+        return placed, refused
+
+    def _unreported(self, segment: Path, rejections: list[Rejection]) -> list[Rejection]:
+        """``rejections`` less those ``rejected`` holds already: a follower started again reads the last
+        batches it had read once more, and the damage among them was reported the first time."""
+        if not rejections or not self.tables.exists("rejected"):
+            return rejections
+        columns = ["position", "offset", "error"]
+        rows = self.tables.read_arrow("rejected", columns=columns, filter=pc.field("source") == str(segment))
+        reported = set(zip(*(rows.column(c).to_pylist() for c in columns)))
+        return [r for r in rejections if (r.position, r.offset, r.error) not in reported]
 
     def _compare(self, events: list[dict]) -> None:
         """Records at offsets already committed must be the ones committed (see the module's doc)."""

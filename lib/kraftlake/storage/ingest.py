@@ -21,6 +21,7 @@ import hashlib
 import itertools
 import json
 import os
+import shlex
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ import pyarrow.compute as pc
 
 from kraftlake import codec
 from kraftlake.codec import events
-from kraftlake.codec.bounds import Limits, default_limits
+from kraftlake.codec.bounds import INT64, OFFSET_MAX, Limits, default_limits
 from kraftlake.codec.files import NotRegularFile, is_regular, open_regular, read_regular
 from kraftlake.codec.logdir import (FROM_SNAPSHOT, FULL_HISTORY, HISTORY, QUORUM_FILES, SEGMENT_NAME, SNAPSHOT_NAME,
                                     DirectoryPlan, skipped_entries, snapshot_end_offset)
@@ -162,7 +163,7 @@ class SourceSummary:
                        "deleted and no snapshot stands for them): the tables know nothing of the cluster before it")
         if self.backfilled.records:
             out.append(f"metadata_log changed below its end: rebuild the controller's tables, if it has run, with "
-                       f"jobs/controller.py --warehouse {warehouse} --once --reset")
+                       f"jobs/controller.py --warehouse {shlex.quote(warehouse)} --once --reset")
         return out
 
 
@@ -548,15 +549,30 @@ class _Merge:
                                               **dataclasses.asdict(self.unloaded)}
 
 
+def unit(kind: str) -> str:
+    """What a rejection's position counts in a source of ``kind``."""
+    return "byte" if kind in KAFKA_KINDS else "record" if kind == "avro" else "line"
+
+
+def refusal(item: dict, error: str, reason: str, unit_: str) -> Rejection:
+    """The rejection of an event read whole that may not go where it says in the log."""
+    offset = item["offset"]
+    return Rejection(item["source"], item.get("position"), offset if offset is not None and offset <= INT64[1]
+                     else None, error, reason, type=item["type"], version=item["version"], unit=unit_)
+
+
 class _Sequencer:
     """Gives events their offsets and sorts out rejections, in one pass over a source's items; a Kafka
-    log's records at offsets up to the log's end go where ``merge`` says."""
+    log's records at offsets up to the log's end go where ``merge`` says. Every event is placed within
+    ``limits`` (``Limits.placement_problem``) as of ``now_ms``."""
 
-    def __init__(self, summary: SourceSummary, next_offset: int, strict: bool, merge: _Merge | None = None):
+    def __init__(self, summary: SourceSummary, next_offset: int, strict: bool, merge: _Merge | None,
+                 limits: Limits, now_ms: int):
         self.summary = summary
         self.next_offset = next_offset
         self.strict = strict
         self.merge = merge
+        self.limits, self.now_ms = limits, now_ms
         self.rejections: list[Rejection] = []
         self.failure: Exception | None = None
 
@@ -568,24 +584,30 @@ class _Sequencer:
 
     def events(self, items: Iterable[Item], progress: _SourceProgress, backfills: bool = False) -> Iterator[dict]:
         """The events to write; ``backfills``: what the commit was planned as (checked at the end)."""
-        summary, merge = self.summary, self.merge
+        summary, merge, unit_ = self.summary, self.merge, unit(self.summary.kind)
+        # beyond these an event may be misplaced (``placement_problem`` says), within them it is not
+        latest, gap = self.now_ms + self.limits.ahead_ms, self.limits.offset_gap
         for item in items:
             if isinstance(item, Rejection):
                 self.reject(item)
                 continue
             offset = item["offset"]
-            if offset is None:
-                item["offset"] = offset = self.next_offset
-            elif merge is not None and offset <= merge.end:
+            held = offset is not None and merge is not None and offset <= merge.end
+            if offset is not None and not held and offset < self.next_offset:
+                self.reject(refusal(item, "INVALID_RECORD", f"offset {offset} is below the log end offset "
+                                    f"{self.next_offset}", unit_))
+                continue
+            at = self.next_offset if offset is None else offset
+            if item["timestamp"] > latest or at > OFFSET_MAX or at - self.next_offset >= gap:
+                refused = self.limits.placement_problem(at, item["timestamp"], self.next_offset - 1, self.now_ms)
+                if refused is not None:
+                    self.reject(refusal(item, *refused, unit_))
+                    continue
+            if held:
                 if not merge.take(item):
                     continue
                 summary.backfilled.add(offset)
-            elif offset < self.next_offset:
-                reason = f"offset {offset} is below the log end offset {self.next_offset}"
-                self.reject(Rejection(item.get("source", summary.source), item.get("position"), offset,
-                                      "INVALID_RECORD", reason, type=item["type"], version=item["version"],
-                                      unit="byte" if summary.kind in KAFKA_KINDS else "line"))
-                continue
+            item["offset"] = offset = at
             if offset >= self.next_offset:
                 self.next_offset = offset + 1
             summary.records += 1
@@ -620,13 +642,13 @@ def _chunks(events_: Iterator[dict], size: int) -> Iterator[list[dict]]:
 
 
 def read_quorum_files(path: Path, limits: Limits | None = None) -> tuple[list[dict], list[Rejection]]:
-    """The partition directory's ``quorum-state`` and ``leader-epoch-checkpoint``, when present, as
-    ``quorum_files`` rows; a file that is not what its name says, or longer than an event may be, is a
-    rejection (the log still goes in)."""
+    """The partition directory's ``quorum-state`` and ``leader-epoch-checkpoint``, and its log directory's
+    ``meta.properties`` (where Kafka keeps the cluster id), when present, as ``quorum_files`` rows; a file
+    that is not what its name says, or longer than an event may be, is a rejection (the log still goes in)."""
     rows, rejections = [], []
     limit = (limits or default_limits()).event_bytes
-    for name in QUORUM_FILES:
-        file = path / name
+    for file in [path / name for name in QUORUM_FILES] + [path.parent / "meta.properties"]:
+        name = file.name
         try:
             content = read_regular(file, limit)
         except FileNotFoundError:
@@ -648,8 +670,10 @@ def read_quorum_files(path: Path, limits: Limits | None = None) -> tuple[list[di
                 row.update(leader_id=state.get("leaderId"), leader_epoch=state.get("leaderEpoch"),
                            voted_id=state.get("votedId"),
                            current_voters=None if voters is None else [v["voterId"] for v in voters])
-            else:
+            elif name == "leader-epoch-checkpoint":
                 row["epochs"] = [{"epoch": e, "start_offset": o} for e, o in codec.read_leader_epoch_checkpoint(file, content)]
+            else:
+                codec.read_meta_properties(file, content)
         except (ValueError, KeyError, TypeError) as exc:
             rejections.append(Rejection(str(file), None, None, "CORRUPT_MESSAGE", f"{name}: {exc}",
                                         content[:RAW_LIMIT], len(content), unit="line"))
@@ -663,13 +687,17 @@ def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_his
                   meter: Meter | None = None, limits: Limits | None = None) -> SourceSummary:
     """Ingest one source; ``batch_records`` events per Delta commit (``kraftlake.ingest.batch.records``);
     progress goes to ``meter`` (its unit and total are set here, from the source); the source is read
-    within ``limits`` (``kraftlake.decode.*``). A directory is read from its start (``full_history``,
+    within ``limits`` (``kraftlake.decode.*``), and its events placed within them (at most
+    ``kraftlake.ingest.offset.max.gap`` past the log's end, ``kraftlake.ingest.timestamp.after.max.ms`` past
+    the clock). A directory is read from its start (``full_history``,
     ``from_snapshot``: ``start_of``); raises ``HistoryConflict`` when its snapshot cannot be placed in this
     warehouse."""
     batch_records = batch_records or int(defaults()["kraftlake.ingest.batch.records"])
+    limits = limits or default_limits()
     start = start_of(full_history, from_snapshot)
     path = Path(source).resolve()
     started = time.monotonic()
+    now_ms = int(time.time() * 1000)  # one instant for the whole source: its events are placed as of it
     if not path.exists():
         raise FileNotFoundError(f"{source}: no such file or directory")
     if not path.is_dir() and not path.is_file():
@@ -700,7 +728,11 @@ def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_his
         if base and end is not None and end >= base - 1:
             held_before = _held(tables, version, base - 1, base - 1).holds_log_before(base)
         read = _read(path, kind, start, held_before, limits)
-        summary.missing = read.missing
+        # a log said (by its file names) to start where this log cannot go on is no log of it: its records
+        # are rejected, each saying why, and nothing of it is missing
+        claimed = read.log_start is not None and \
+            limits.offset_problem(read.log_start, -1 if end is None else end) is not None
+        summary.missing = None if claimed else read.missing
         if read.directory is not None and read.directory.summarised is not None:
             first, last = read.directory.summarised
             summary.summarised.append({"snapshot": read.directory.snapshot.name, "where": "source",
@@ -710,7 +742,7 @@ def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_his
             merge = _Merge(summary, _held(tables, version, read.first_offset - 1, end), end, read, held_before,
                            keep, verify=not log_done)
         planned = merge is not None and (merge.backfills() if backfills is None else backfills)
-        sequencer = _Sequencer(summary, 0 if end is None else end + 1, strict, merge)
+        sequencer = _Sequencer(summary, 0 if end is None else end + 1, strict, merge, limits, now_ms)
         progress = _SourceProgress(meter, kind, read.files)
         batches = (events_to_arrow(chunk, schema) for chunk in
                    _chunks(sequencer.events(read.items, progress, planned), batch_records))
