@@ -22,6 +22,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from servers import wait_for  # noqa: F401 (the tests take it from here too)
 from kraftlake.spark import controller_query as streaming
 from kraftlake.metadata import uuids
 from kraftlake.storage.ingest import ingest_source
@@ -353,15 +354,6 @@ def in_background(run: Callable[[], object]) -> tuple[threading.Thread, list[Bas
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
     return thread, errors
-
-
-def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def committed_batches(checkpoint: Path) -> list[int]:

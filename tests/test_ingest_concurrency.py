@@ -78,6 +78,13 @@ def commits(root: Path) -> int:
     return len(list((root / "metadata_log" / "_delta_log").glob("*.json")))
 
 
+def shortest_gap(root: Path) -> float:
+    """The shortest time between two successive data commits of ``metadata_log`` (the work one commit
+    covers; the process's start-up before the first is left out, so a kill aimed within it lands)."""
+    times = sorted(p.stat().st_mtime for p in (root / "metadata_log" / "_delta_log").glob("*.json"))
+    return min(later - earlier for earlier, later in zip(times[1:], times[2:]))
+
+
 def test_ingest_killed_after_drawn_commits_then_run_again_ends_exact(tmp_path: Path) -> None:
     """Each kill is aimed at a drawn moment after a drawn commit of ``metadata_log`` that leaves work to
     do, and the test checks it landed there: the process still running when SIGKILL came, ended by it,
@@ -92,6 +99,7 @@ def test_ingest_killed_after_drawn_commits_then_run_again_ends_exact(tmp_path: P
     assert uninterrupted.stdout == "done\n", uninterrupted.stderr
     duration = time.monotonic() - started
     total = commits(tmp_path / "uninterrupted")
+    gap = shortest_gap(tmp_path / "uninterrupted")
     assert total >= 4, f"{total} commits leave too few places to kill at"
 
     seed = kill_seed(20251125)
@@ -99,10 +107,11 @@ def test_ingest_killed_after_drawn_commits_then_run_again_ends_exact(tmp_path: P
     kills = []
     while len(kills) < 3 and commits(killed_root) + 1 <= total - 1:
         target = rng.randint(commits(killed_root) + 1, total - 1)  # a commit after which a source is left
-        delay = rng.uniform(0.0, 0.5 * duration / total)  # into the work that follows it
+        delay = rng.uniform(0.0, 0.5 * gap)  # into the work that follows it
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
-            assert wait_for(lambda: commits(killed_root) >= target or process.poll() is not None, 120)
+            assert wait_for(lambda: commits(killed_root) >= target or process.poll() is not None, 120,
+                            every=0.005)
             time.sleep(delay)
             running = process.poll() is None
             os.kill(process.pid, signal.SIGKILL)
@@ -112,7 +121,8 @@ def test_ingest_killed_after_drawn_commits_then_run_again_ends_exact(tmp_path: P
                 process.kill()
                 process.wait(30)
         landed = commits(killed_root)
-        where = f"seed {seed}: kill {len(kills) + 1} aimed {delay:.3f} s after commit {target} of {total}"
+        where = (f"seed {seed}: kill {len(kills) + 1} aimed {delay:.3f} s after commit {target} of {total} "
+                 f"(commits {gap:.3f} s apart at least)")
         assert running and process.returncode == -signal.SIGKILL, f"{where}, but the process had exited"
         assert target <= landed < total, f"{where}, but it landed after commit {landed}"
         kills.append((target, landed))
