@@ -303,6 +303,22 @@ def test_topic_has_collision():
         assert create_topics(c, new) == {new: (0, None)}
 
 
+@pytest.mark.parametrize("mv", [6, 7])  # IBP_3_3_IV2, IBP_3_3_IV3
+def test_process_broker_heartbeat_in_controlled_shutdown(mv):
+    """ReplicationControlManagerTest.testProcessBrokerHeartbeatInControlledShutdown: broker 0 leads foo-0
+    and asks to shut down; from 3.3-IV3 its controlled shutdown is persisted first (v1), then 1 leads
+    with ISR [1, 2]."""
+    c = Kafka(metadata_version=mv)
+    c.register_brokers(0, 1, 2)
+    c.unfence_brokers(0, 1, 2)
+    foo = c.create_test_topic("foo", [[0, 1, 2]])
+    resp = c.heartbeat(0, offset=0, shutdown=True)
+    assert (resp["IsFenced"], resp["ShouldShutDown"]) == (False, False)
+    expected = [change(0, 100, 1, shutdown=1)] if mv >= 7 else []
+    expected.append(ev("PartitionChangeRecord", 0, TopicId=foo, PartitionId=0, Isr=[1, 2], Leader=1))
+    assert c.records == expected
+
+
 # --- ELR (KIP-966) ------------------------------------------------------------------------------------
 
 def test_eligible_leader_replicas_shrink_and_expand_isr():

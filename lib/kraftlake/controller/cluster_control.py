@@ -66,7 +66,7 @@ class Session:
     contact_ms: int | None  # event time of the last heartbeat or takeover; None: never heard from
     registered_offset: int  # offset of the RegisterBrokerRecord the broker must catch up with to be unfenced
     metadata_offset: int = -1  # the broker's last CurrentMetadataOffset
-    shutdown_offset: int = -1  # offset of the records that started its controlled shutdown, -1 if none
+    shutdown_offset: int = -1  # end offset of the batch that started its controlled shutdown, -1 if none
 
 
 @dataclass
@@ -219,9 +219,12 @@ def decide_broker_heartbeat(image: ClusterImage, state: ControllerState, request
     fences an unfenced broker; ``WantShutDown`` lets a fenced one shut down at once, and puts an
     unfenced one into a persisted controlled shutdown that moves its leaderships and takes it out of
     every ISR.
-    The broker may then shut down (``ShouldShutDown``) once every active broker has caught up with
-    those records; it is fenced as it goes. A heartbeat for an unknown broker or another epoch is
-    STALE_BROKER_EPOCH, as in Kafka (``checkBrokerEpoch``).
+    The broker may then shut down (``ShouldShutDown``) once it leads no partition and every active
+    broker has caught up with the end of the batch that began its shutdown; it is fenced as it goes.
+    Whether it still leads is asked first, as Kafka does; with several shards it cannot be known (see
+    above) and is not asked: before 3.3-IV3, where a broker in controlled shutdown may be elected again,
+    such a broker is fenced with its leaderships instead of waiting. A heartbeat for an unknown broker
+    or another epoch is STALE_BROKER_EPOCH, as in Kafka (``checkBrokerEpoch``).
     """
     data, version = request["data"], request["version"]
     broker = image.brokers.get(data["BrokerId"])
@@ -242,8 +245,12 @@ def decide_broker_heartbeat(image: ClusterImage, state: ControllerState, request
             nxt = _Next.FENCED
     elif session.shutdown_offset >= 0:
         current = _Next.CONTROLLED_SHUTDOWN
-        nxt = (_Next.SHUTDOWN_NOW if session.shutdown_offset <= _lowest_active_offset(image, state)
-               else _Next.CONTROLLED_SHUTDOWN)
+        if ctx.whole_image and _leads_any(image, broker.id):
+            nxt = _Next.CONTROLLED_SHUTDOWN  # leaderships to move still (say, elected again before 3.3-IV3)
+        elif session.shutdown_offset <= _lowest_active_offset(image, state):
+            nxt = _Next.SHUTDOWN_NOW
+        else:
+            nxt = _Next.CONTROLLED_SHUTDOWN
     else:
         current = _Next.UNFENCED
         if data["WantFence"]:
@@ -269,6 +276,11 @@ def decide_broker_heartbeat(image: ClusterImage, state: ControllerState, request
     if fenced:
         session.shutdown_offset = -1
     elif nxt is _Next.CONTROLLED_SHUTDOWN and session.shutdown_offset < 0:
+        # Kafka's processBatchEndOffset: where the batch carrying this decision ends. Every record written
+        # while a request is handled carries the request's offset (controller_log), so it ends there. When
+        # the decision wrote nothing Kafka takes the last offset written; no shard of several can tell that
+        # no other wrote at this offset, and with one image the shutdown begins only for a broker that
+        # leads, so records move its leaderships: the request's offset stands for both.
         session.shutdown_offset = ctx.offset
     return Decision(records, response("BrokerHeartbeatResponse", {
         "ErrorCode": 0, "IsCaughtUp": caught_up, "IsFenced": fenced,
