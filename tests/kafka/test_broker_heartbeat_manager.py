@@ -56,10 +56,9 @@ def test_calculate_next_broker_state_unfenced_without_leaderships():
     assert c.partition(T1)[1] == [2] and c.broker(1).fenced and not c.broker(1).in_controlled_shutdown
 
 
-def test_calculate_next_broker_state_controlled_shutdown():
-    """testCalculateNextBrokerState, CONTROLLED_SHUTDOWN: it may shut down only once every active
-    broker has caught up with the records that started its shutdown (lowestActiveOffset); a lagging
-    broker holds it until that broker is fenced."""
+def shutting_down_behind_a_lagging_broker() -> tuple[Controller, int]:
+    """Broker 3 leads and begins a controlled shutdown at offset ``started``; broker 1 has seen that
+    offset, broker 2 only the one before; 3 has asked again since, so it must wait."""
     c = Controller()
     c.start(1, 2, 3)
     c.topic(T1, "t", [[3, 1, 2]])
@@ -69,7 +68,26 @@ def test_calculate_next_broker_state_controlled_shutdown():
     c.heartbeat(2, offset=started - 1)  # 2 has not seen the shutdown's records yet
     resp = c.heartbeat(3, shutdown=True)
     assert (resp["IsFenced"], resp["ShouldShutDown"]) == (False, False)
+    return c, started
+
+
+def test_calculate_next_broker_state_controlled_shutdown():
+    """testCalculateNextBrokerState, CONTROLLED_SHUTDOWN: it may shut down only once every active
+    broker has caught up with the records that started its shutdown (lowestActiveOffset); a lagging
+    broker holds it until that broker is fenced."""
+    c, _ = shutting_down_behind_a_lagging_broker()
     c.heartbeat(2, fence=True)
+    resp = c.heartbeat(3, shutdown=True)
+    assert (resp["IsFenced"], resp["ShouldShutDown"]) == (True, True)
+
+
+def test_controlled_shutdown_offset_is_only_updated_once():
+    """BrokerHeartbeatManagerTest.testControlledShutdownOffsetIsOnlyUpdatedOnce: the offset a broker's
+    controlled shutdown waits for is the end of the batch of the heartbeat that began it
+    (``processBatchEndOffset``: here the heartbeat's own offset, which all its records carry); the
+    heartbeats after it do not move it, so the lagging broker reaching that offset is enough."""
+    c, started = shutting_down_behind_a_lagging_broker()
+    c.heartbeat(2, offset=started)
     resp = c.heartbeat(3, shutdown=True)
     assert (resp["IsFenced"], resp["ShouldShutDown"]) == (True, True)
 
@@ -121,23 +139,6 @@ def test_with_several_shards_a_broker_elected_again_is_fenced_with_its_leadershi
     resp = c.heartbeat(3, shutdown=True)
     assert (resp["IsFenced"], resp["ShouldShutDown"]) == (True, True)
     assert types(c.records) == ["PartitionChangeRecord", "BrokerRegistrationChangeRecord"] and c.leads(3) == []
-
-
-def test_controlled_shutdown_offset_is_only_updated_once():
-    """BrokerHeartbeatManagerTest.testControlledShutdownOffsetIsOnlyUpdatedOnce: the offset a broker's
-    controlled shutdown waits for is the end of the batch of the heartbeat that began it
-    (``processBatchEndOffset``: here the heartbeat's own offset, which all its records carry); the
-    heartbeats after it do not move it."""
-    c = Controller()
-    c.start(1, 2, 3)
-    c.topic(T1, "t", [[3, 1, 2]])
-    c.heartbeat(3, shutdown=True)
-    started = c.offset
-    c.heartbeat(1, offset=started)
-    c.heartbeat(2, offset=started - 1)
-    assert c.heartbeat(3, shutdown=True)["ShouldShutDown"] is False  # 2 has not seen the batch's end
-    c.heartbeat(2, offset=started)
-    assert c.heartbeat(3, shutdown=True)["ShouldShutDown"] is True  # not the later heartbeats' offsets
 
 
 def test_usable_broker_iterator():

@@ -14,7 +14,9 @@ controlled shutdown. Whether it leads anything is a fact of every partition, so 
 where the image holds every partition (``Context.whole_image``: one shard, the simulator, the in-process
 replay with one shard); a shard of several always takes the controlled shutdown, which ends at the
 broker's next heartbeat once the other active brokers have seen its records (ADR 0007 says why no
-single pass over independent shards can know more). ``ShouldShutDown`` then needs no merging.
+single pass over independent shards can know more). ``ShouldShutDown`` then needs no merging. For the
+same reason only the whole image asks, as Kafka does, whether a broker in controlled shutdown still leads
+before letting it go.
 """
 
 from __future__ import annotations
