@@ -25,6 +25,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Mapping
 
+import numpy as np
+
 from kraftlake.controller.decisions import Context, Decision, error_code, record, response
 from kraftlake.controller.elections import (MV_DIRECTORIES, Election, change_partition, eligible_replicas,
     elr_enabled, elr_policy, metadata_version, supports, unclean_election_enabled)
@@ -372,7 +374,12 @@ def _expired(session: Session, timeout_ms: int, now_ms: int) -> bool:
 
 
 def _leads_any(image: ClusterImage, broker_id: int) -> bool:
-    return any(p.leader == broker_id for topic in image.topics.values() for p in topic.partitions.values())
+    """Asked at every heartbeat of a broker in controlled shutdown, so on the columns, not partition by
+    partition (Kafka keeps an index of leaderships for it, ``BrokersToIsrs``)."""
+    store = image.store
+    store.flush()
+    alive, leader = store.cols["alive"][:store.size], store.cols["leader"][:store.size]
+    return bool(np.any(alive & (leader == broker_id)))
 
 
 def _lowest_active_offset(image: ClusterImage, state: ControllerState) -> int:
