@@ -43,11 +43,16 @@ def register_record(broker_id: int, epoch: int = 100, version: int = 3, **fields
 
 @pytest.mark.parametrize("mv", [1, 6])  # 3.0-IV1, 3.3-IV2
 def test_replay(mv):
-    """ClusterControlManagerTest.testReplay: a broker epoch is checked, and fencing is replayed from
+    """ClusterControlManagerTest.testReplay: a broker epoch is checked (100 accepted, 101 and another
+    broker's refused), and fencing is replayed from
     Fence/UnfenceBrokerRecord before 3.3-IV2 and from BrokerRegistrationChangeRecord after."""
     c = Controller(metadata_version=mv)
     c.log(register_record(1, version=0))
     assert not unfenced(c.image, 0) and not unfenced(c.image, 1)
+    # checkBrokerEpoch(1, 100) passes; (1, 101) and (2, 100) are stale. The heartbeat is the request that
+    # checks it; WantFence keeps the broker fenced, as a check alone would.
+    resp = c.request("BrokerHeartbeatRequest", BrokerId=1, BrokerEpoch=100, CurrentMetadataOffset=0, WantFence=True)
+    assert (resp["ErrorCode"], resp["IsFenced"]) == (0, True)
     for broker_id, epoch in ((1, 101), (2, 100)):
         resp = c.request("BrokerHeartbeatRequest", BrokerId=broker_id, BrokerEpoch=epoch, CurrentMetadataOffset=0)
         assert resp["ErrorCode"] == error_code("STALE_BROKER_EPOCH")

@@ -4,9 +4,9 @@ decisions, through the controller in miniature of ``tests/controller_harness.py`
 Kafka's ``ReplicationControlTestContext`` registers brokers by replaying RegisterBrokerRecords (epoch
 100 + id, one directory each), unfences them with heartbeats, puts them in controlled shutdown by
 replaying the change record, fences them by letting their sessions lapse while the others heartbeat,
-and sets topic configs with ConfigRecords. ``Kafka`` below does the same. Replica placement is random
-in both (Kafka's ``MockRandom``, the request offset here), so where Kafka asserts one placement these
-tests assert what any placement must satisfy.
+and sets topic configs with ConfigRecords. ``Kafka`` below does the same. Replica placement is random;
+Kafka's context draws it from one ``MockRandom``, and so do these tests (``kafka_random``: the same
+numbers, in place of the request offset's), so where Kafka asserts one placement they assert it too.
 
 Cases marked "rule" are not in Kafka's test class: they check a rule of Kafka's production code that
 the class does not exercise, named in the docstring.
@@ -14,9 +14,12 @@ the class does not exercise, named in the docstring.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
-from controller_harness import TIMEOUT, Controller, change, ev
+from controller_harness import TIMEOUT, Controller, KafkaMockRandom, change, ev
+from kraftlake.controller import topics
 from kraftlake.controller.cluster_control import take_over
 from kraftlake.controller.decisions import Refused, error_code
 from kraftlake.controller.topics import check_manual_assignment
@@ -95,6 +98,14 @@ class Kafka(Controller):
         return self.image.partition(topic_id, pid)
 
 
+@pytest.fixture
+def kafka_random(monkeypatch: pytest.MonkeyPatch) -> KafkaMockRandom:
+    """``ReplicationControlTestContext.random``: one MockRandom for every placement of the test."""
+    rng = KafkaMockRandom()
+    monkeypatch.setattr(topics, "random", SimpleNamespace(Random=lambda seed: rng))
+    return rng
+
+
 def results(resp: dict) -> dict:
     return {(t["Topic"], p["PartitionId"]): (p["ErrorCode"], p["ErrorMessage"])
             for t in resp["ReplicaElectionResults"] for p in t["PartitionResult"]}
@@ -109,9 +120,11 @@ ELIGIBLE_UNAVAILABLE = (error_code("ELIGIBLE_LEADERS_NOT_AVAILABLE"),
 
 # --- CreateTopics -------------------------------------------------------------------------------------
 
-def test_create_topics():
+def test_create_topics(kafka_random):
     """ReplicationControlManagerTest.testCreateTopics: no broker; then one unfenced broker that the log
-    (not a heartbeat) put in controlled shutdown, so it is placed but cannot be in the ISR; then three."""
+    (not a heartbeat) put in controlled shutdown, so it is placed but cannot be in the ISR; then the three
+    registered again (which ends 0's controlled shutdown) and unfenced: Kafka's placement [1, 2, 0], all
+    three in the ISR, 1 leading."""
     c = Kafka()
     default = [{"Name": "foo", "NumPartitions": -1, "ReplicationFactor": -1, "Assignments": [], "Configs": []}]
 
@@ -129,14 +142,15 @@ def test_create_topics():
     assert (second["ErrorCode"], second["ErrorMessage"]) == (
         error_code("INVALID_REPLICATION_FACTOR"),
         "Unable to replicate the partition 3 time(s): All brokers are currently fenced or in controlled shutdown.")
-    c.unfence_brokers(1, 2)
+    c.register_brokers(0, 1, 2)
+    c.unfence_brokers(0, 1, 2)
     third = create()
     assert (third["ErrorCode"], third["ErrorMessage"], third["NumPartitions"], third["ReplicationFactor"]) == (
         0, None, 1, 3)
     p = c.get(third["TopicId"])
-    assert sorted(p.replicas) == [0, 1, 2] and p.isr == tuple(r for r in p.replicas if r != 0)
-    assert p.leader == p.isr[0] and (p.leader_epoch, p.partition_epoch) == (0, 0)
-    assert p.directories == tuple(broker_dir(r) for r in p.replicas)
+    assert (p.replicas, p.isr, p.leader, p.leader_recovery_state, p.leader_epoch, p.partition_epoch) == (
+        (1, 2, 0), (1, 2, 0), 1, 0, 0, 0)
+    assert p.directories == (broker_dir(1), broker_dir(2), broker_dir(0))
     fourth = create()
     assert (fourth["ErrorCode"], fourth["ErrorMessage"]) == (error_code("TOPIC_ALREADY_EXISTS"),
                                                              "Topic 'foo' already exists.")
@@ -171,9 +185,9 @@ def test_excessive_number_of_topics_cannot_be_created_with_assignments():
     assert {t["ErrorCode"] for t in resp["Topics"]} == {error_code("POLICY_VIOLATION")}
 
 
-def test_create_topics_isr_invariants():
+def test_create_topics_isr_invariants(kafka_random):
     """ReplicationControlManagerTest.testCreateTopicsISRInvariants: 2 is fenced and 1 in controlled
-    shutdown, so only 0 is in the ISR and leads."""
+    shutdown, so of Kafka's placement [1, 0, 2] only 0 is in the ISR and leads."""
     c = Kafka()
     c.register_brokers(0, 1, 2)
     c.unfence_brokers(0, 1)
@@ -184,7 +198,9 @@ def test_create_topics_isr_invariants():
     topic = resp["Topics"][0]
     assert (topic["ErrorCode"], topic["NumPartitions"], topic["ReplicationFactor"]) == (0, 1, 3)
     p = c.get(topic["TopicId"])
-    assert sorted(p.replicas) == [0, 1, 2] and p.isr == (0,) and p.leader == 0
+    assert (p.replicas, p.isr, p.leader, p.leader_recovery_state, p.leader_epoch, p.partition_epoch) == (
+        (1, 0, 2), (0,), 0, 0, 0, 0)
+    assert p.directories == (broker_dir(1), broker_dir(0), broker_dir(2))
 
 
 def create_topics(c: Kafka, *names: str) -> dict[str, tuple[int, str | None]]:
@@ -754,7 +770,7 @@ def test_delete_topics():
     assert foo not in c.image.topics and (CONFIG_TOPIC, "foo") not in c.image.configs
 
 
-def test_create_partitions():
+def test_create_partitions(kafka_random):
     """ReplicationControlManagerTest.testCreatePartitions: placed and manual additions, and Kafka's
     errors for a decrease, an unknown topic, no change, a replication factor that differs, too few
     assignments and an unregistered broker. A new replica on a broker with one directory lives there."""
@@ -836,9 +852,9 @@ def test_create_partitions_fails_when_all_brokers_are_fenced_or_in_controlled_sh
         "Unable to replicate the partition 2 time(s): All brokers are currently fenced or in controlled shutdown.")
 
 
-def test_create_partitions_isr_invariants():
+def test_create_partitions_isr_invariants(kafka_random):
     """ReplicationControlManagerTest.testCreatePartitionsISRInvariants: 2 fenced, 1 shutting down by the
-    log: the new partition's ISR is 0 alone, which leads."""
+    log: the new partition, placed [0, 1, 2] as in Kafka, has 0 alone in its ISR, leading."""
     c = Kafka()
     c.register_brokers(0, 1, 2)
     c.unfence_brokers(0, 1)
@@ -851,7 +867,7 @@ def test_create_partitions_isr_invariants():
                      Topics=[{"Name": "foo", "Count": 2, "Assignments": None}])
     assert resp["Results"][0]["ErrorCode"] == 0
     p = c.get(foo, 1)
-    assert sorted(p.replicas) == [0, 1, 2] and (p.isr, p.leader, p.leader_epoch, p.partition_epoch) == ((0,), 0, 0, 0)
+    assert (p.replicas, p.isr, p.leader, p.leader_epoch, p.partition_epoch) == ((0, 1, 2), (0,), 0, 0, 0)
     assert p.directories == tuple(broker_dir(r) for r in p.replicas)
 
 

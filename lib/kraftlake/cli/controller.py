@@ -4,9 +4,9 @@
     ./spark-submit.sh jobs/controller.py --warehouse W           # keep running; new log rows as they land
 
 Replays the log's records and decides its requests (BrokerHeartbeatRequest, CreateTopicsRequest, ...)
-as Kafka's controller would. Writes brokers, topics, configs, partitions (current state),
-partition_history (every change), controller_log (the records the controller generated),
-responses (its answer to each request) and rejected (what does not apply). A second query replays the
+as Kafka's controller would. Writes brokers, topics, configs, partitions, features (current state),
+partition_history and broker_history (every change, with its cause), controller_log (the records the
+controller generated), responses (its answer to each request) and rejected (what does not apply). A second query replays the
 metadata quorum's traffic (VoteRequest, FetchRequest, ... addressed to replicas) into quorum_state,
 quorum_replicas and quorum_events (``kraftlake.spark.quorum_query``). The checkpoints live in
 kraftlake.checkpoints/controller, by default W/_checkpoints/controller (the quorum query's in its quorum/

@@ -74,12 +74,13 @@ def new_topic_id(name: str, offset: int, taken: Iterable[str]) -> str:
 
 @dataclass
 class _Ring:
-    """Brokers handed out round-robin from a moving start, each at most once per round."""
+    """Brokers handed out round-robin from a moving start, each at most once per round. A new ring is in
+    round 0, as Kafka's ``BrokerList`` starts at epoch 0: its first broker is the one at its offset."""
 
     brokers: list[int]
     offset: int = 0
     taken: int = 0
-    round: int = -1
+    round: int = 0
 
     def next(self, round_: int) -> int | None:
         if not self.brokers:
@@ -113,7 +114,10 @@ class StripedPlacer:
     whose registration alone says so (a shutdown begun under another controller) is still placed,
     and kept out of the ISR by KIP-841.
 
-    Unlike Kafka's, a reshuffle restarts every rack's round, so a broker cannot be skipped for good.
+    The random numbers are drawn in Kafka's order (each rack's fenced brokers' start, then its unfenced
+    ones', then the first rack), so Kafka's random numbers give Kafka's placement; racks are taken in
+    name order where Kafka takes its hash map's. Unlike Kafka's, a reshuffle restarts every rack's
+    round, so a broker cannot be skipped for good.
     """
 
     image: ClusterImage
@@ -136,7 +140,8 @@ class StripedPlacer:
         self.rack_names = sorted(members, key=lambda r: (r is not None, r or ""))
         for name in self.rack_names:
             unfenced, fenced = members[name]
-            self.racks[name] = _Rack(self._ring(unfenced), self._ring(fenced))
+            fenced_ring = self._ring(fenced)  # drawn before the unfenced one, as Rack.initialize does
+            self.racks[name] = _Rack(self._ring(unfenced), fenced_ring)
             self.unfenced += len(unfenced)
             self.total += len(unfenced) + len(fenced)
         self.offset = self.rng.randrange(len(self.rack_names)) if self.rack_names else 0
@@ -159,7 +164,7 @@ class StripedPlacer:
         replica sets do not repeat."""
         self.rng.shuffle(self.rack_names)
         for rack in self.racks.values():
-            for ring in (rack.unfenced, rack.fenced):
+            for ring in (rack.fenced, rack.unfenced):
                 self.rng.shuffle(ring.brokers)
                 ring.round = -1
         self.round = 0
@@ -234,6 +239,8 @@ def _placed_isr(image: ClusterImage, replicas: list[int], replication_factor: in
 
 def _place_all(placer: StripedPlacer, image: ClusterImage, count: int,
                replication_factor: int) -> list[tuple[list[int], list[int]]]:
+    """One topic's new partitions from a placer of its own: Kafka's ``StripedReplicaPlacer.place``
+    builds a new rack list (new random starts) for every topic."""
     try:
         placer.check(replication_factor)
     except Refused as refused:
@@ -275,7 +282,7 @@ def _first_of_each(items: Iterable[T], key: Callable[[T], Hashable]) -> Iterator
 
 # --- CreateTopics ---------------------------------------------------------------------------------
 
-def _topic_partitions(image: ClusterImage, topic: dict, placer: StripedPlacer,
+def _topic_partitions(image: ClusterImage, topic: dict, placer: Callable[[], StripedPlacer],
                       config: Mapping[str, str]) -> list[tuple[list[int], list[int]]]:
     """(replicas, ISR) per partition of a new topic, in partition order (``createTopic``)."""
     if topic["Assignments"]:
@@ -306,7 +313,7 @@ def _topic_partitions(image: ClusterImage, topic: dict, placer: StripedPlacer,
     count = int(setting(config, "num.partitions")) if topic["NumPartitions"] == -1 else topic["NumPartitions"]
     replication_factor = (int(setting(config, "default.replication.factor")) if topic["ReplicationFactor"] == -1
                           else topic["ReplicationFactor"])
-    return _place_all(placer, image, count, replication_factor)
+    return _place_all(placer(), image, count, replication_factor)
 
 
 def _topic_configs(topic: dict) -> dict[str, str]:
@@ -332,7 +339,7 @@ def create_topics(image: ClusterImage, request: dict, ctx: Context) -> Decision:
     names = [t["Name"] for t in body["Topics"]]
     duplicates = _duplicates(names)
     too_many = _total_partitions(body["Topics"], ctx.config) > MAX_PARTITIONS_PER_BATCH
-    placer = StripedPlacer(image, random.Random(ctx.offset), ctx.shutting_down)
+    rng = random.Random(ctx.offset)
     taken = set(image.topics)
     records, results = [], []
     for topic in _first_of_each(body["Topics"], lambda t: t["Name"]):
@@ -349,7 +356,8 @@ def create_topics(image: ClusterImage, request: dict, ctx: Context) -> Decision:
                 raise Refused("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
             check_topic_name(image, name)
             configs = _topic_configs(topic)
-            partitions = _topic_partitions(image, topic, placer, ctx.config)
+            partitions = _topic_partitions(image, topic, lambda: StripedPlacer(image, rng, ctx.shutting_down),
+                                           ctx.config)
         except Refused as refused:
             result.update(ErrorCode=error_code(refused.error), ErrorMessage=refused.message)
         else:
@@ -372,7 +380,7 @@ def create_topics(image: ClusterImage, request: dict, ctx: Context) -> Decision:
 
 # --- CreatePartitions -----------------------------------------------------------------------------
 
-def _new_partitions(image: ClusterImage, topic: dict, placer: StripedPlacer) -> list[dict]:
+def _new_partitions(image: ClusterImage, topic: dict, placer: Callable[[], StripedPlacer]) -> list[dict]:
     """The PartitionRecords that grow a topic to ``Count`` partitions (``createPartitions``)."""
     topic_id = image.topic_ids.get(topic["Name"])
     if topic_id is None:
@@ -396,7 +404,7 @@ def _new_partitions(image: ClusterImage, topic: dict, placer: StripedPlacer) -> 
                       f"but only {len(assignments)} assignment(s) were specified.")
     replication_factor = len(existing[min(existing)].replicas)
     if assignments is None:
-        placed = _place_all(placer, image, additional, replication_factor)
+        placed = _place_all(placer(), image, additional, replication_factor)
     else:
         placed = []
         for i, assignment in enumerate(assignments):
@@ -411,7 +419,7 @@ def create_partitions(image: ClusterImage, request: dict, ctx: Context) -> Decis
     """CreatePartitionsRequest v0-3: new partitions for existing topics, never fewer."""
     version, body = request["version"], request["data"]
     duplicates = _duplicates([t["Name"] for t in body["Topics"]])
-    placer = StripedPlacer(image, random.Random(ctx.offset), ctx.shutting_down)
+    rng = random.Random(ctx.offset)
     records, results = [], []
     for topic in _first_of_each(body["Topics"], lambda t: t["Name"]):
         name = topic["Name"]
@@ -422,7 +430,7 @@ def create_partitions(image: ClusterImage, request: dict, ctx: Context) -> Decis
         try:
             if name in duplicates:
                 raise Refused("INVALID_REQUEST", "Duplicate topic name.")
-            records += _new_partitions(image, topic, placer)
+            records += _new_partitions(image, topic, lambda: StripedPlacer(image, rng, ctx.shutting_down))
         except Refused as refused:
             result.update(ErrorCode=error_code(refused.error), ErrorMessage=refused.message)
         results.append(result)

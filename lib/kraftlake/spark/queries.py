@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import sys
 import threading
@@ -138,8 +139,8 @@ class BackfillGuard:
             self.table.update_incremental()
         recorded = self.version
         notes, complete = backfills_since(self.table, -1 if recorded is None else recorded)
-        remedy = (f"rebuild them with jobs/controller.py --warehouse {self.tables.root} --once --reset (it replays "
-                  "the whole log)")
+        remedy = (f"rebuild them with jobs/controller.py --warehouse {shlex.quote(self.tables.root)} --once --reset "
+                  "(it replays the whole log)")
         if notes:
             note = notes[0]
             return (f"metadata_log was backfilled below offset {note['below']} (ingest of {note['source']}, "
