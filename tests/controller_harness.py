@@ -102,11 +102,13 @@ class Controller:
         self.cluster_id = cluster_id
         self.config = {k.replace("_", "."): v for k, v in config.items()}
         self.records: list[dict] = []  # what the last step wrote
+        self.whole_image = True  # false: decide as one shard of several (Context.whole_image)
         if metadata_version is not None:
             self.log(ev("FeatureLevelRecord", Name="metadata.version", FeatureLevel=metadata_version))
 
     def ctx(self) -> Context:
-        return Context(now_ms=self.now, offset=self.offset, config=self.config, cluster_id=self.cluster_id)
+        return Context(now_ms=self.now, offset=self.offset, config=self.config, cluster_id=self.cluster_id,
+                       whole_image=self.whole_image)
 
     def log(self, *records: dict) -> None:
         """Records another controller wrote (or the test's setup), one offset each."""

@@ -84,24 +84,6 @@ def test_the_controller_writes_the_fencing_records_of_its_metadata_version(mv, f
     assert types(c.records) == [fence] and c.broker(1).fenced
 
 
-@pytest.mark.parametrize("mv, persisted", [(6, False), (7, True)])  # 3.3-IV2, 3.3-IV3
-def test_controlled_shutdown_is_persisted_from_3_3_iv3(mv, persisted):
-    """ReplicationControlManager.handleBrokerInControlledShutdown: the InControlledShutdown change is
-    written only where the metadata.version has the state (isInControlledShutdownStateSupported); the
-    leaderships move either way."""
-    c = Controller(metadata_version=mv)
-    for broker_id in (1, 2):
-        assert c.register(broker_id, features=[("metadata.version", 1, 19)])["ErrorCode"] == 0
-        c.heartbeat(broker_id)
-    c.topic(uuids.from_bytes(bytes([1] * 16)), "t", [[1, 2]])
-    resp = c.heartbeat(1, shutdown=True)
-    assert (resp["IsFenced"], resp["ShouldShutDown"]) == (False, False)
-    expected = (["BrokerRegistrationChangeRecord"] if persisted else []) + ["PartitionChangeRecord"]
-    assert types(c.records) == expected
-    assert c.broker(1).in_controlled_shutdown is persisted
-    assert c.leads(1) == []
-
-
 def test_replay_register_broker_record():
     """ClusterControlManagerTest.testReplayRegisterBrokerRecord"""
     image = ClusterImage()

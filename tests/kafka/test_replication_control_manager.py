@@ -203,23 +203,136 @@ def test_create_topics_isr_invariants(kafka_random):
     assert p.directories == (broker_dir(1), broker_dir(0), broker_dir(2))
 
 
-@pytest.mark.parametrize("name, message", [
-    ("", "Topic name is illegal, it can't be empty"),
-    ("..", 'Topic name cannot be "." or ".."'),
-    ("x" * 250, f"Topic name is illegal, it can't be longer than 249 characters, Topic name: {'x' * 250}"),
-    ("a+b", 'Topic name "a+b" is illegal, it contains a character other than ASCII alphanumerics, '
-            "'.', '_' and '-'"),
-])
-def test_invalid_topic_names(name, message):
-    """Rule: ``Topic.validate`` as Kafka 4 words it (ReplicationControlManager.validateNewTopicNames)."""
+def create_topics(c: Kafka, *names: str) -> dict[str, tuple[int, str | None]]:
+    """(error code, message) per name of one CreateTopicsRequest, one partition of one replica each."""
+    resp = c.request("CreateTopicsRequest", Topics=[{"Name": name, "NumPartitions": 1, "ReplicationFactor": 1,
+                                                     "Assignments": [], "Configs": []} for name in names],
+                     timeoutMs=1000, validateOnly=False)
+    return {t["Name"]: (t["ErrorCode"], t["ErrorMessage"]) for t in resp["Topics"]}
+
+
+def one_broker() -> Kafka:
     c = Kafka()
     c.register_brokers(0)
     c.unfence_brokers(0)
-    resp = c.request("CreateTopicsRequest", Topics=[{"Name": name, "NumPartitions": 1, "ReplicationFactor": 1,
-                                                     "Assignments": [], "Configs": []}],
-                     timeoutMs=1000, validateOnly=False)
-    topic = resp["Topics"][0]
-    assert (topic["ErrorCode"], topic["ErrorMessage"]) == (error_code("INVALID_TOPIC_EXCEPTION"), message)
+    return c
+
+
+def existing_topics(c: Kafka, *names: str) -> None:
+    c.log(*(ev("TopicRecord", Name=name, TopicId=uuids.from_bytes(bytes([0x30 + i] * 16)))
+            for i, name in enumerate(names)))
+
+
+INVALID = error_code("INVALID_TOPIC_EXCEPTION")
+
+
+def test_validate_new_topic_names():
+    """ReplicationControlManagerTest.testValidateNewTopicNames: "" and "." are refused in Kafka 4's
+    words, "woo" is created."""
+    c = one_broker()
+    assert create_topics(c, "", "woo", ".") == {
+        "": (INVALID, "Topic name is invalid: the empty string is not allowed"),
+        "woo": (0, None),
+        ".": (INVALID, "Topic name is invalid: '.' is not allowed")}
+
+
+def test_topic_name_collision():
+    """ReplicationControlManagerTest.testTopicNameCollision: a name equal to an existing one but for '.'
+    versus '_' is refused, naming the first colliding topic in sorted order."""
+    c = one_broker()
+    existing_topics(c, "foo_bar", "woo_bar.foo", "woo.bar.foo")
+    assert create_topics(c, "foo.bar", "woo.bar_foo") == {
+        "foo.bar": (INVALID, "Topic 'foo.bar' collides with existing topic: foo_bar"),
+        "woo.bar_foo": (INVALID, "Topic 'woo.bar_foo' collides with existing topic: woo.bar.foo")}
+
+
+def test_an_existing_name_is_already_there_before_it_collides():
+    """Rule: ``ReplicationControlManager.createTopics`` marks a name that exists TOPIC_ALREADY_EXISTS after
+    ``validateNewTopicNames``, replacing its collision with another topic."""
+    c = one_broker()
+    existing_topics(c, "a.b", "a_b")
+    assert create_topics(c, "a.b") == {"a.b": (error_code("TOPIC_ALREADY_EXISTS"), "Topic 'a.b' already exists.")}
+
+
+def test_a_collision_replaces_an_invalid_name():
+    """Rule: ``validateNewTopicNames`` checks the collision after ``Topic.validate`` has refused the
+    name, and its error is the one kept: "." unifies to "_"."""
+    c = one_broker()
+    existing_topics(c, "_")
+    assert create_topics(c, ".") == {".": (INVALID, "Topic '.' collides with existing topic: _")}
+
+
+def test_should_accept_valid_topic_names():
+    """TopicTest.shouldAcceptValidTopicNames (its random 249-character name: 249 letters)."""
+    names = ["valid", "TOPIC", "nAmEs", "ar6", "VaL1d", "_0-9_.", "...", "x" * 249]
+    c = one_broker()
+    assert create_topics(c, *names) == {name: (0, None) for name in names}
+
+
+def test_should_throw_on_invalid_topic_names():
+    """TopicTest.shouldThrowOnInvalidTopicNames, with the messages of ``Topic.detectInvalidTopic``
+    (Kafka's test checks only that each is refused)."""
+    chars = "contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
+    c = one_broker()
+    assert create_topics(c, "", "foo bar", "..", "foo:bar", "foo=bar", ".", "a" * 250) == {
+        "": (INVALID, "Topic name is invalid: the empty string is not allowed"),
+        "foo bar": (INVALID, f"Topic name is invalid: 'foo bar' {chars}"),
+        "..": (INVALID, "Topic name is invalid: '..' is not allowed"),
+        "foo:bar": (INVALID, f"Topic name is invalid: 'foo:bar' {chars}"),
+        "foo=bar": (INVALID, f"Topic name is invalid: 'foo=bar' {chars}"),
+        ".": (INVALID, "Topic name is invalid: '.' is not allowed"),
+        "a" * 250: (INVALID, f"Topic name is invalid: the length of '{'a' * 250}' is longer than the max "
+                             "allowed length 249")}
+
+
+def test_should_recognize_invalid_characters_in_topic_names():
+    """TopicTest.shouldRecognizeInvalidCharactersInTopicNames. Kafka's names ("Is " + c + "illegal")
+    hold a space already, so each would be refused whatever c is; here the character is the only one."""
+    invalid = ["/", "\\", ",", "\u0000", ":", '"', "'", ";", "*", "?", " ", "\t", "\r", "\n", "="]
+    c = one_broker()
+    refused = create_topics(c, *(f"Is{ch}illegal" for ch in invalid))
+    assert [refused[f"Is{ch}illegal"][0] for ch in invalid] == [INVALID] * len(invalid)
+
+
+def test_the_length_rule_counts_utf16_units():
+    """Rule: ``Topic.detectInvalidTopic`` compares Java's ``String.length()``, in UTF-16 code units: 125
+    characters beyond the BMP are 250 units, over the length limit before the characters are looked at."""
+    name = "\U0001F600" * 125
+    c = one_broker()
+    assert create_topics(c, name) == {name: (INVALID, f"Topic name is invalid: the length of '{name}' is longer "
+                                                      "than the max allowed length 249")}
+
+
+def test_topic_has_collision():
+    """TopicTest.testTopicHasCollision (with testTopicHasCollisionChars and testUnifyCollisionChars): '.'
+    and '_' at the same position collide; at different positions, or with neither, they do not. Each
+    pair is an existing topic and a new one."""
+    periods = [".topic", "to.pic", "topic.", "topic"]
+    underscores = ["_topic", "to_pic", "topic_", "topic"]
+    for old, new in zip(periods[:3], underscores[:3]):
+        c = one_broker()
+        existing_topics(c, old)
+        assert create_topics(c, new) == {new: (INVALID, f"Topic '{new}' collides with existing topic: {old}")}
+    for old, new in zip(periods, reversed(underscores)):
+        c = one_broker()
+        existing_topics(c, old)
+        assert create_topics(c, new) == {new: (0, None)}
+
+
+@pytest.mark.parametrize("mv", [6, 7])  # IBP_3_3_IV2, IBP_3_3_IV3
+def test_process_broker_heartbeat_in_controlled_shutdown(mv):
+    """ReplicationControlManagerTest.testProcessBrokerHeartbeatInControlledShutdown: broker 0 leads foo-0
+    and asks to shut down; from 3.3-IV3 its controlled shutdown is persisted first (v1), then 1 leads
+    with ISR [1, 2]."""
+    c = Kafka(metadata_version=mv)
+    c.register_brokers(0, 1, 2)
+    c.unfence_brokers(0, 1, 2)
+    foo = c.create_test_topic("foo", [[0, 1, 2]])
+    resp = c.heartbeat(0, offset=0, shutdown=True)
+    assert (resp["IsFenced"], resp["ShouldShutDown"]) == (False, False)
+    expected = [change(0, 100, 1, shutdown=1)] if mv >= 7 else []
+    expected.append(ev("PartitionChangeRecord", 0, TopicId=foo, PartitionId=0, Isr=[1, 2], Leader=1))
+    assert c.records == expected
 
 
 # --- ELR (KIP-966) ------------------------------------------------------------------------------------

@@ -43,15 +43,17 @@ def _unify(name: str) -> str:
 
 
 def check_topic_name(image: ClusterImage, name: str) -> None:
-    """Kafka's ``Topic.validate``, and its refusal of a name that differs from an existing one only
-    by '.' versus '_' (both become '_' in metric names)."""
+    """Kafka's ``validateNewTopicNames``: ``Topic.validate``, then the refusal of a name that differs from
+    an existing one only by '.' versus '_' (both become '_' in metric names). Kafka checks the collision
+    even for a name ``Topic.validate`` refused, and that error replaces the first; it names the first
+    colliding topic in sorted order (its set of them is a ``TreeSet``)."""
     problem = topic_name_problem(name)
+    if "." in name or "_" in name:
+        colliding = [existing for existing in image.topic_ids if existing != name and _unify(existing) == _unify(name)]
+        if colliding:
+            problem = f"Topic '{name}' collides with existing topic: {min(colliding)}"
     if problem is not None:
         raise Refused("INVALID_TOPIC_EXCEPTION", problem)
-    if "." in name or "_" in name:
-        for existing in image.topic_ids:
-            if existing != name and _unify(existing) == _unify(name):
-                raise Refused("INVALID_TOPIC_EXCEPTION", f"Topic '{name}' collides with existing topic: {existing}")
 
 
 def new_topic_id(name: str, offset: int, taken: Iterable[str]) -> str:
@@ -350,9 +352,9 @@ def create_topics(image: ClusterImage, request: dict, ctx: Context) -> Decision:
                 raise Refused("POLICY_VIOLATION", "Excessively large number of partitions per request.")
             if name in duplicates:
                 raise Refused("INVALID_REQUEST", "Duplicate topic name.")
-            check_topic_name(image, name)
-            if name in image.topic_ids:
+            if name in image.topic_ids:  # Kafka's answer even where the name also collides with another
                 raise Refused("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
+            check_topic_name(image, name)
             configs = _topic_configs(topic)
             partitions = _topic_partitions(image, topic, lambda: StripedPlacer(image, rng, ctx.shutting_down),
                                            ctx.config)
