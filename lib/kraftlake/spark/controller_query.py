@@ -429,7 +429,7 @@ def start(warehouse: Warehouse, settings: ControllerSettings):
     """Start the controller query; returns the ``StreamingQuery``."""
     check_start(warehouse, settings.checkpoint)
     for name in tables_of("controller"):
-        warehouse.create_if_missing(name, table_arrow_schema(name))
+        warehouse.prepare(name, table_arrow_schema(name))
     source = warehouse.read_stream("metadata_log", max_records_per_batch=settings.max_records_per_batch,
                                    **controller_input(warehouse))
     from pyspark.sql.streaming.state import GroupStateTimeout
