@@ -49,14 +49,15 @@ def gone(*broker_ids: int) -> pa.Table:
 
 
 # Versions 1..5 of the brokers table, as the controller's sink writes them: inserts only; an update and a
-# delete in one MERGE; an update that leaves the row as it was; a delete only; a batch that changed nothing.
+# delete in one MERGE; an update that leaves the row as it was; a delete only; a batch that changed nothing
+# but delete a key the table never had (a topic created and deleted within one micro-batch).
 WRITES = [
     (brokers(broker(1, 10), broker(2, 20), broker(3, 30)), None),
     (brokers(broker(4, 40)), None),
     (brokers(broker(2, 20, fenced=True, offset=7)), gone(3)),
     (brokers(broker(1, 10)), None),
     (brokers(), gone(4)),
-    (brokers(), None),
+    (brokers(), gone(99)),
 ]
 
 

@@ -408,6 +408,18 @@ def version_at(table: DeltaTable, ms: int, after: bool) -> int | None:
     return (min(found) if after else max(found)) if found else None
 
 
+def _present(table: DeltaTable, delete_keys: pa.Table, keys: list[str]) -> pa.Table:
+    """The keys of ``delete_keys`` the table has. A MERGE source row that no clause takes (a delete of a key
+    the table never had: a topic created and deleted within one micro-batch) is written by delta-rs 1.6 into
+    the change data feed as a row of nulls, which the table's non-null columns then refuse; so those rows
+    are left out of the source (they would delete nothing anyway)."""
+    target = pa.schema(table.schema().to_arrow())
+    wanted = pa.Table.from_arrays([delete_keys.column(k).cast(target.field(k).type) for k in keys], names=keys)
+    first = wanted.column(keys[0]).unique()
+    there = dataset(table).to_table(columns=keys, filter=pc.field(keys[0]).isin(first))
+    return wanted.join(there, keys, join_type="left semi")
+
+
 def _sorted(rows: pa.Table, column: str) -> pa.Table:
     """``rows`` by ``column``; the log is written in its order, so usually nothing is moved."""
     keys = rows.column(column).to_numpy()
@@ -635,6 +647,8 @@ class DeltaRsTables:
         source_schema = row_schema.append(pa.field(_DELETE_FLAG, pa.bool_(), nullable=False))
         upserts = data.select(schema.names).cast(row_schema)
         parts = [upserts.append_column(_DELETE_FLAG, pa.repeat(False, upserts.num_rows))]
+        if delete_keys is not None and delete_keys.num_rows:
+            delete_keys = _present(table, delete_keys, keys)
         if delete_keys is not None and delete_keys.num_rows:
             n = delete_keys.num_rows
             columns = [
