@@ -413,11 +413,11 @@ def _present(table: DeltaTable, delete_keys: pa.Table, keys: list[str]) -> pa.Ta
     the table never had: a topic created and deleted within one micro-batch) is written by delta-rs 1.6 into
     the change data feed as a row of nulls, which the table's non-null columns then refuse; so those rows
     are left out of the source (they would delete nothing anyway)."""
-    target = pa.schema(table.schema().to_arrow())
-    wanted = pa.Table.from_arrays([delete_keys.column(k).cast(target.field(k).type) for k in keys], names=keys)
-    first = wanted.column(keys[0]).unique()
-    there = dataset(table).to_table(columns=keys, filter=pc.field(keys[0]).isin(first))
-    return wanted.join(there, keys, join_type="left semi")
+    # the keys are compared after the read: a scan filter on a string key meets the files' string_view
+    # statistics, which pyarrow cannot compare with a string ("no kernel matching (string, string_view)")
+    there = dataset(table).to_table(columns=keys)
+    there = pa.Table.from_arrays([there.column(k).cast(delete_keys.schema.field(k).type) for k in keys], names=keys)
+    return delete_keys.select(keys).join(there, keys, join_type="left semi")
 
 
 def _sorted(rows: pa.Table, column: str) -> pa.Table:
