@@ -333,10 +333,15 @@ def supervise(queries: Mapping[str, Any], once: bool, checkpoint: str,
 
 
 def stop_between_batches(query: Any, at_once: Callable[[], bool], every_s: float = 0.02) -> None:
-    """Stop ``query`` once no trigger of it runs (``status["isTriggerActive"]``), polled every ``every_s``;
-    at once when ``at_once()`` says so. A trigger that starts between the poll and the stop is cut short,
-    as every batch was before: the window is the poll's, not the batch's."""
+    """Stop ``query`` once the micro-batch in flight has committed (its progress reported) or no trigger
+    runs (``status["isTriggerActive"]``), polled every ``every_s``; at once when ``at_once()`` says so.
+    With a backlog the next batch starts right away: it is stopped while it plans, before its tasks run."""
+    progress = query.lastProgress
+    done = progress["batchId"] if progress else -1
     while query.isActive and query.status.get("isTriggerActive") and not at_once():
+        progress = query.lastProgress
+        if progress and progress["batchId"] > done:
+            break
         time.sleep(every_s)
     query.stop()
 
