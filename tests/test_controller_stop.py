@@ -26,7 +26,7 @@ from kraftlake.sim.cluster import ClusterSimulator, SimulationOptions
 from kraftlake.sim.cluster_traffic import write_requests
 from kraftlake.storage import DeltaRsTables
 from kraftlake.storage.lease import Lease
-from servers import start, stop, wait_for
+from servers import _group_alive, start, stop, wait_for
 from streaming_helpers import REPO_ROOT
 
 EVENTS = 4000
@@ -92,14 +92,6 @@ def _assert_stopped_cleanly(run: Run, code: int) -> None:
     state, _ = Lease(str(run.warehouse), "controller", 60_000).look()
     assert state.holder is None, f"the lease is still held by {state.holder}"
     assert wait_for(lambda: not _group_alive(run.process.pid), 60), "processes left in the launcher's group"
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_sigterm_while_starting_mid_batch_and_idle_stops_cleanly(warehouse: Path, tmp_path: Path) -> None:
