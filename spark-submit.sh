@@ -205,7 +205,9 @@ if ! $cluster_mode && command -v mkfifo >/dev/null 2>&1 \
         && fifo_dir="$(mktemp -d "${TMPDIR:-/tmp}/kraftlake-stderr.XXXXXX" 2>/dev/null)"; then
     if mkfifo -m 600 "$fifo_dir/stderr" 2>/dev/null; then
         exec 4<>"$fifo_dir/stderr"  # a reader and a writer of our own while both sides open: no open waits
-        { exec 4<&-; cat "$fifo_dir/stderr" >&2; rm -rf "$fifo_dir"; } </dev/null >/dev/null &
+        # the reader outlives a SIGTERM or SIGINT to the process group: it ends when the writers have, with
+        # the driver's last lines (how it stopped) passed on
+        { trap "" TERM INT; exec 4<&-; cat "$fifo_dir/stderr" >&2; rm -rf "$fifo_dir"; } </dev/null >/dev/null &
         exec 3>"$fifo_dir/stderr" 4<&-
         export KRAFTLAKE_STDERR_FIFO="$fifo_dir/stderr"
         progress_fd=2
@@ -215,7 +217,40 @@ if ! $cluster_mode && command -v mkfifo >/dev/null 2>&1 \
 fi
 # Progress lines (kraftlake.progress=auto) when the driver's stderr ends on a terminal.
 if [[ -t $progress_fd ]]; then export KRAFTLAKE_PROGRESS_TERMINAL=1; else unset KRAFTLAKE_PROGRESS_TERMINAL; fi
-# The driver asks for SIGTERM when its parent, the JVM, dies: the JVM is this process once exec'd.
+# The driver asks for SIGTERM when its parent, the JVM, dies, and when this script is gone.
 export KRAFTLAKE_LAUNCHER_PID=$$
+if $cluster_mode || ! pid_file="$(mktemp "${TMPDIR:-/tmp}/kraftlake-driver.XXXXXX" 2>/dev/null)"; then
+    exec "$KL_VENV/bin/spark-submit" "${spark_opts[@]+"${spark_opts[@]}"}" "${extra[@]}" "$job" "$@"
+fi
 
-exec "$KL_VENV/bin/spark-submit" "${spark_opts[@]+"${spark_opts[@]}"}" "${extra[@]}" "$job" "$@"
+# SIGTERM (kill, a service manager's stop) is the Python driver's to handle: it stops its queries between
+# two steps, gives its lease back and exits 130, and the JVM, its parent, then exits with that code. Taken
+# by the JVM, it would shut Spark down under the driver's feet (tracebacks, a lease left behind). So the
+# JVM starts with SIGTERM ignored (a SIGTERM to the whole process group reaches the driver alone), and
+# this script stays in front of it: it hands SIGTERM to the driver, which writes its pid to
+# KRAFTLAKE_DRIVER_PID_FILE as it starts (while there is no driver yet, nothing has begun: the JVM is
+# killed), and ends with the JVM's exit code (130 when it was killed so). The JVM runs in the background,
+# so it ignores SIGINT as well: Ctrl-C reaches the driver, which is in the same process group.
+export KRAFTLAKE_DRIVER_PID_FILE="$pid_file"
+trap '' TERM
+"$KL_VENV/bin/spark-submit" "${spark_opts[@]+"${spark_opts[@]}"}" "${extra[@]}" "$job" "$@" &
+jvm=$!
+terminated=false
+forward_term() {
+    local driver=""
+    terminated=true
+    [[ -s "$pid_file" ]] && driver="$(<"$pid_file")"
+    if [[ -z "$driver" ]] || ! kill -TERM "$driver" 2>/dev/null; then
+        kill -KILL "$jvm" 2>/dev/null || true
+    fi
+}
+trap forward_term TERM
+trap : INT  # the driver has it (above); wait for the JVM to end
+status=0
+while :; do
+    wait "$jvm" && status=0 || status=$?
+    kill -0 "$jvm" 2>/dev/null || break  # wait was cut short by a signal: the JVM is still running
+done
+rm -f "$pid_file"
+if $terminated && (( status == 137 )); then status=130; fi  # killed before its driver began: stopped
+exit "$status"

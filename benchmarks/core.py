@@ -10,9 +10,10 @@ import pstats
 import statistics
 import time
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator, Mapping
 
 from kraftlake import codec
+from kraftlake.codec.events import validate_event
 from kraftlake.controller.cluster_control import ControllerState, expire_sessions, take_over
 from kraftlake.controller.decisions import Context
 from kraftlake.controller.dispatch import decide
@@ -20,6 +21,7 @@ from kraftlake.controller.shards import ShardState, replay_log, routes, step
 from kraftlake.image.cluster_image import ClusterImage
 from kraftlake.image.replay import replay
 from kraftlake.metadata.progress import Meter
+from kraftlake.sim.cluster import ClusterSimulator, SimulationOptions
 from kraftlake.sim.workload import failover_cluster, generate
 
 from benchmarks.stats import chunks, fit, log
@@ -49,6 +51,13 @@ def core_replay_chunked(events: Iterable[dict], shards: int, chunk: int = 50_000
         if meter is not None:
             meter.update(count)
     return seconds, count, states
+
+
+def simulated_requests(count: int, options: SimulationOptions, config: Mapping[str, str]) -> Iterator[dict]:
+    """The simulated cluster's first ``count`` requests (the soak's traffic: nine in ten are heartbeats) as
+    ingest hands them to the controller (every field of their version, ``source`` and ``position``)."""
+    for position, event in enumerate(ClusterSimulator(options, config).events(count), start=1):
+        yield {**validate_event(event), "source": "simulated", "position": position}
 
 
 def state_sizes(states: list[ShardState]) -> list[int]:

@@ -52,7 +52,7 @@ from benchmarks.stats import log
 
 REPO = Path(__file__).resolve().parent.parent
 STATE_TABLES = tables_of("controller", "state")
-APPEND_TABLES = ("partition_history", "controller_log", "responses", "rejected")
+APPEND_TABLES = tables_of("controller", "append")
 SAMPLE_EVERY_S = 5.0
 CONTROLLER_JOB = "jobs/controller.py"
 REPLAY_CHUNK = 100_000  # log rows the core replays at a time

@@ -16,6 +16,8 @@ Sections of the report (docs/performance.md says what each number means):
   failover time from 10^4 to 10^6 partitions, core
   throughput from 10^5 to 10^6 events (10^7 with ``--events-1e7``), each with its log-log slope;
 - ``profile``: the core replay's hottest functions (cProfile), by cumulative and by own time;
+- ``target`` (``--target`` alone): the records stage (``--target-events`` over ``--target-partitions``, end to
+  end) and the requests stage (``--target-requests`` of the soak's mix, the pure core against the Spark job);
 - ``soak`` (``--soak`` alone): the continuous controller fed simulated cluster traffic for minutes, killed
   with SIGKILL at intervals, its tables checked against one replay by the core, its memory sampled.
 
@@ -38,18 +40,22 @@ from typing import Iterable
 
 from kraftlake import codec
 from kraftlake.cli.config import add_common_arguments, config_from_args
-from kraftlake.cli.runtime import meter, open_warehouse
+from kraftlake.cli.runtime import kafka_configs, meter, open_warehouse
 from kraftlake.codec.writer import write_partition_dir
 from kraftlake.metadata.progress import Meter
+from kraftlake.sim.cluster import ClusterSimulator, SimulationOptions
+from kraftlake.sim.cluster_traffic import write_requests
 from kraftlake.sim.workload import generate
 from kraftlake.spark.controller_query import ControllerSettings, run
+from kraftlake.storage import DeltaRsTables
 from kraftlake.storage.ingest import ingest_source
 
 from benchmarks.chart import chart
 from benchmarks.continuous import measure_latency
-from benchmarks.core import core_replay_chunked, decode_all, measure_failover, profile_core, scaling, state_sizes
+from benchmarks.core import (core_replay_chunked, decode_all, measure_failover, profile_core, scaling,
+                             simulated_requests, state_sizes)
 from benchmarks.memory import PeakMemory, job_root, roles_of
-from benchmarks.soak import measure_soak
+from benchmarks.soak import measure_soak, replay_once, table_multisets
 from benchmarks.stats import chunks, log, timed
 
 # The pure core in one process: the shards' steps over the log in micro-batch sized chunks (what the Spark job
@@ -60,11 +66,11 @@ CORE = "core replay"
 FULL = {"events": 1_000_000, "topics": 100, "partitions_per_topic": 100, "failover_partitions": 100_000,
         "scaling_partitions": [10_000, 100_000, 1_000_000],
         "scaling_events": [100_000, 1_000_000], "profile_events": 200_000, "rate": 20_000,
-        "latency_seconds": 30, "trigger_ms": 500}
+        "latency_seconds": 30, "trigger_ms": 500, "target_requests": 10_000_000}
 QUICK = {"events": 3_000, "topics": 10, "partitions_per_topic": 10, "failover_partitions": 2_000,
          "scaling_partitions": [200, 1_000, 5_000],
          "scaling_events": [2_000, 10_000], "profile_events": 2_000, "rate": 300,
-         "latency_seconds": 2, "trigger_ms": 100}
+         "latency_seconds": 2, "trigger_ms": 100, "target_requests": 3_000}
 
 
 def write_log_streaming(log_dir: Path, events: Iterable[dict], segment_events: int = 2_000_000,
@@ -146,6 +152,43 @@ def measure_target(config, work: Path, args: argparse.Namespace) -> dict:
     return out
 
 
+def measure_requests(config, work: Path, args: argparse.Namespace, count: int) -> dict:
+    """The issue's second headline: ``count`` requests of the soak's mix (its simulated cluster: --soak-brokers
+    brokers, --soak-topics topics of 10 partitions; nine in ten requests are heartbeats) decided by the
+    pure core's shard steps in micro-batches of --soak-batch (generation not timed), and by the Spark job
+    (AvailableNow, as ``jobs/controller.py --once``) over the same requests ingested into a warehouse; then
+    the job's tables against one replay by the core (row multisets, ``benchmarks.soak``)."""
+    options = SimulationOptions(brokers=args.soak_brokers, topics=args.soak_topics, partitions_per_topic=10)
+    kafka = kafka_configs(config)
+    out: dict = {"requests": count, "brokers": options.brokers, "partitions": options.topics * 10,
+                 "shards": args.shards, "max_records_per_batch": args.soak_batch}
+    stages: dict = {}
+    seconds, replayed, _ = core_replay_chunked(simulated_requests(count, options, kafka), args.shards,
+                                               chunk=args.soak_batch,
+                                               meter=meter(config, "bench core requests", "requests", count))
+    stages[CORE] = {"seconds": round(seconds, 3), "requests": replayed, "requests_per_s": round(replayed / seconds)}
+    log(f"requests, {CORE}: {replayed:,} in {seconds:.2f} s = {stages[CORE]['requests_per_s']:,} requests/s")
+    root = work / "requests"
+    shutil.rmtree(root, ignore_errors=True)
+    written = write_requests(DeltaRsTables(str(root / "warehouse")), ClusterSimulator(options, kafka), count,
+                             "requests", 100_000)
+    out["by_type"] = dict(written.by_type.most_common())
+    warehouse = open_warehouse(config.with_overrides({"kraftlake.warehouse": str(root / "warehouse")}),
+                               "kraftlake-bench-requests")
+    settings = ControllerSettings(shards=args.shards, checkpoint=str(root / "checkpoint"), once=True,
+                                  max_records_per_batch=args.soak_batch, kafka_config=kafka)
+    timed("Spark replay (AvailableNow)", stages, count, lambda: run(warehouse, settings, meter(config, "bench replay",
+                                                                                                "offsets")))
+    spark = stages["Spark replay (AvailableNow)"]
+    spark["requests"], spark["requests_per_s"] = spark.pop("records"), spark.pop("records_per_s")
+    out["stages"] = stages
+    out["spark/core"] = round(spark["requests_per_s"] / stages[CORE]["requests_per_s"], 3)
+    tables = DeltaRsTables(str(root / "warehouse"))
+    expected, _ = replay_once(tables, args.shards, kafka)
+    out["tables_equal_core"] = table_multisets(tables) == expected
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="every section at small sizes (a smoke test)")
@@ -162,7 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-spark", action="store_true", help="core sections only (no ingest, scan, Spark)")
     parser.add_argument("--target", action="store_true",
                         help="only the issue's headline run: --target-events over --target-partitions, end to end")
-    parser.add_argument("--target-events", type=int, default=10_000_000)
+    parser.add_argument("--target-events", type=int, default=10_000_000, help="records stage (0: skip it)")
+    parser.add_argument("--target-requests", type=int,
+                        help=f"requests stage, of the soak's mix (--soak-brokers, --soak-topics, --soak-batch; "
+                             f"default {FULL['target_requests']:,}, --quick {QUICK['target_requests']:,}; 0: skip it)")
     parser.add_argument("--target-partitions", type=int, default=1_000_000, help="in topics of 1,000 partitions")
     parser.add_argument("--target-batch", type=int, default=1_000_000, help="max log rows per micro-batch")
     parser.add_argument("--soak", action="store_true",
@@ -203,7 +249,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary, indent=2))
         return 0 if report["soak"]["drained"] and report["soak"]["tables_equal_one_shot_replay"] else 1
     if args.target:
-        report = {"machine": report["machine"], "target": measure_target(config, work, args)}
+        requests = sizes["target_requests"] if args.target_requests is None else args.target_requests
+        report = {"machine": report["machine"]}
+        if args.target_events:
+            report["target"] = measure_target(config, work, args)
+        if requests:
+            report["requests"] = measure_requests(config, work, args, requests)
         Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
         print(json.dumps(report, indent=2))
         return 0

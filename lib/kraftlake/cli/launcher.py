@@ -15,7 +15,13 @@ driver behind (a follower stops between polls, as on its own SIGTERM). Without e
 ``run_job`` also turns a user's mistake into one line on stderr and an exit code instead of a traceback:
 ``USAGE`` (2) for what the job was given (options, settings, paths, a warehouse it cannot use, a source
 with nothing to read), ``FAILED`` (1) for a run that failed or found what it checks for,
-``INTERRUPTED`` (130) for Ctrl-C. docs/README.md lists them.
+``INTERRUPTED`` (130) for Ctrl-C or SIGTERM. docs/README.md lists them.
+
+SIGTERM (a service manager's stop, ``kill``) raises ``Terminated`` in the main thread wherever it is, so the
+job unwinds as on Ctrl-C: what it holds is given back on the way (``with`` blocks: the controller's
+lease) and it ends with one line and ``INTERRUPTED``. A job that waits in a loop of its own (the streaming
+queries' ``supervise``, ``ingest --follow``) puts a handler of its own in place meanwhile and stops
+between two steps. A second SIGTERM while the first unwinds is ignored: the unwinding is the stop.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from kraftlake.metadata.progress import TERMINAL_ENV
 FAILED, USAGE, INTERRUPTED = 1, 2, 130
 STDERR_FIFO = "KRAFTLAKE_STDERR_FIFO"
 LAUNCHER_PID = "KRAFTLAKE_LAUNCHER_PID"
+DRIVER_PID_FILE = "KRAFTLAKE_DRIVER_PID_FILE"
 # Jobs whose work goes through delta-rs and the pure core only: no SparkSession, so no JVM.
 NO_SPARK = frozenset({"check", "dump", "ingest", "quorum", "report", "shell", "simulate"})
 HELP = ("-h", "--help")
@@ -46,6 +53,15 @@ Main = Callable[[Sequence[str] | None], int]
 
 class UserError(Exception):
     """A mistake in what the job was given: said in one line, exit code ``USAGE``."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: the job stops as on Ctrl-C (a KeyboardInterrupt, so no ``except Exception`` keeps it)."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated()
 
 
 # What reading a path the user named may raise when the path is wrong (with ValueError: not what it claims)
@@ -65,11 +81,15 @@ def needs_spark(job: str, args: Sequence[str]) -> bool:
 def run_job(name: str, main: Main, argv: Sequence[str] | None = None) -> int:
     """Run a job's ``main`` as the module docstring says (each ``jobs/X.py`` calls this); ``name``
     prefixes its one-line errors."""
-    _adopt_launcher(name)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
     try:
+        _adopt_launcher(name)  # after: the launcher may send SIGTERM here as soon as it is adopted
         return main(argv)
     except (UserError, ConfigError) as exc:
         return _fail(name, str(exc), USAGE)
+    except Terminated:
+        return _fail(name, "stopped (SIGTERM); start again to continue", INTERRUPTED)
     except KeyboardInterrupt:
         return _fail(name, "interrupted", INTERRUPTED)
     except BrokenPipeError:
@@ -80,6 +100,9 @@ def run_job(name: str, main: Main, argv: Sequence[str] | None = None) -> int:
         if not is_storage_error(exc):
             raise  # a bug: its traceback is what helps
         return _fail(name, error_line(exc), FAILED)
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def _fail(name: str, message: str, code: int) -> int:
@@ -123,15 +146,31 @@ def _adopt_launcher(name: str) -> None:
     driver's own children, which are not the launcher's)."""
     launcher = os.environ.pop(LAUNCHER_PID, None)
     fifo = os.environ.pop(STDERR_FIFO, None)
+    pid_file = os.environ.pop(DRIVER_PID_FILE, None)
     if launcher:
         _die_with_parent(name, int(launcher))
     if fifo:
         _stderr_into(fifo)
+    if pid_file:
+        _take_signals(pid_file)
+
+
+def _take_signals(pid_file: str) -> None:
+    """Have the launcher send SIGTERM here rather than to the JVM (``spark-submit.sh`` says why), and take
+    Ctrl-C, which the JVM, started in the background, passed on ignored."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with open(pid_file, "w") as handle:
+            handle.write(str(os.getpid()))
+    except OSError:
+        pass  # the launcher then sends SIGTERM to the JVM, as it would without a driver
 
 
 def _die_with_parent(name: str, launcher: int) -> None:
     """SIGTERM to this process when its parent (the JVM) is gone: asked of the kernel (Linux), and watched
-    for once a second by a thread as well (other systems, and any case the kernel's signal misses)."""
+    for once a second by a thread as well (other systems, and any case the kernel's signal misses); and
+    when the launcher is gone (``kill -9`` of ``spark-submit.sh``, which no longer is the JVM)."""
     parent = os.getppid()
     try:
         import ctypes
@@ -147,11 +186,21 @@ def _die_with_parent(name: str, launcher: int) -> None:
         pass
 
     def watch() -> None:
-        while os.getppid() == parent:
+        while os.getppid() == parent and _alive(launcher):
             time.sleep(1)
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="kraftlake-parent-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def _stderr_into(fifo: str) -> None:

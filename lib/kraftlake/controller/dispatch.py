@@ -36,12 +36,16 @@ PARTITION_REQUESTS: dict[str, Callable[[ClusterImage, dict, Context], Decision]]
 }
 
 
-def decide(image: ClusterImage, state: ControllerState, request: dict, ctx: Context) -> Decision | None:
-    """The decision for ``request`` as this shard sees it; None for a request no manager handles yet."""
+def decide(image: ClusterImage, state: ControllerState, request: dict, ctx: Context,
+           shutting_down: frozenset[int] | None = None) -> Decision | None:
+    """The decision for ``request`` as this shard sees it; None for a request no manager handles yet.
+    ``shutting_down``: ``cluster_control.shutting_down`` of this image and state, if the caller knows it."""
     type_ = request["type"]
     if type_ in BROKER_REQUESTS:
         return BROKER_REQUESTS[type_](image, state, request, ctx)
-    ctx = dataclasses.replace(ctx, shutting_down=cluster_control.shutting_down(image, state))
+    if shutting_down is None:
+        shutting_down = cluster_control.shutting_down(image, state)
+    ctx = dataclasses.replace(ctx, shutting_down=shutting_down)
     if type_ in TOPIC_REQUESTS:
         return TOPIC_REQUESTS[type_](image, request, dataclasses.replace(ctx, owns=lambda topic_id: True))
     if type_ in PARTITION_REQUESTS:
@@ -50,7 +54,8 @@ def decide(image: ClusterImage, state: ControllerState, request: dict, ctx: Cont
 
 
 def handle_request(image: ClusterImage, state: ControllerState, request: dict, ctx: Context,
-                   apply: Callable[[list[dict]], None], starts_term: bool, expire: bool = True) -> Decision | None:
+                   apply: Callable[[list[dict]], None], starts_term: bool, expire: bool = True,
+                   shutting_down: Callable[[], frozenset[int]] | None = None) -> Decision | None:
     """One request the way Kafka's controller meets it: take over the log if this request starts a term,
     fence the brokers whose sessions expired by its event time, move leaders back to their preferred
     replicas if a leader-imbalance check is due, then decide it.
@@ -58,8 +63,9 @@ def handle_request(image: ClusterImage, state: ControllerState, request: dict, c
     Each step's records go through ``apply`` (replayed into ``image``) before the next step looks at the
     image, as in Kafka, where they are appended in that order. The decision's own records are the
     caller's to apply. ``expire=False`` lets a caller that knows no session can have expired yet skip
-    the scan. The shards and the cluster simulator both run requests through here, so they cannot
-    disagree on the order.
+    the scan, and ``shutting_down`` give what ``cluster_control.shutting_down`` would find after the
+    steps before the decision. The shards and the cluster simulator both run requests through here, so
+    they cannot disagree on the order.
     """
     if starts_term:
         cluster_control.take_over(image, state, ctx.now_ms)
@@ -67,7 +73,7 @@ def handle_request(image: ClusterImage, state: ControllerState, request: dict, c
         apply(cluster_control.expire_sessions(image, state, ctx))
     if cluster_control.due_leader_balance(state, ctx.config, ctx.now_ms):
         apply(replication.balance_partition_leaders(image, ctx))
-    return decide(image, state, request, ctx)
+    return decide(image, state, request, ctx, None if shutting_down is None else shutting_down())
 
 
 def merge_responses(parts: list[dict]) -> dict:

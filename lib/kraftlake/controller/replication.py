@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from kraftlake.controller.decisions import Context, Decision, error_code, response
 from kraftlake.controller.elections import (Eligible, Election, change_partition, eligible_replicas, elr_policy,
@@ -175,6 +175,21 @@ def _alter_topic(image: ClusterImage, topic_data: dict, version: int) -> TopicIm
     else:
         topic_id = image.topic_ids.get(topic_data["TopicName"])
     return None if topic_id is None else image.topics.get(topic_id)
+
+
+def altered_elsewhere(image: ClusterImage, request: dict, owns: Callable[[str], bool]) -> bool:
+    """Whether a shard's answer to this AlterPartitionRequest is empty: no record, no error, no topic,
+    because its sender is current and every topic it names is known and owned by another shard (whose
+    answers carry them all). Merging the shards' answers then does not need this one."""
+    version, body = request["version"], request["data"]
+    broker = image.brokers.get(body["BrokerId"])
+    if broker is None or broker.epoch != body["BrokerEpoch"]:
+        return False
+    for topic_data in body["Topics"]:
+        topic = _alter_topic(image, topic_data, version)
+        if topic is None or owns(topic.id):
+            return False
+    return True
 
 
 def alter_partition(image: ClusterImage, request: dict, ctx: Context) -> Decision:

@@ -13,23 +13,28 @@ from __future__ import annotations
 
 import gc
 import json
+import operator
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Iterable, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
 
-from kraftlake.controller.cluster_control import ControllerState, decided_cause
-from kraftlake.controller.decisions import Context
-from kraftlake.controller.dispatch import handle_request, merge_responses
+from kraftlake.controller.cluster_control import (ControllerState, decided_cause, quiet_until, session_timeout_ms,
+                                                  shutting_down, steady_heartbeat)
+from kraftlake.controller.decisions import Context, response
+from kraftlake.controller.dispatch import BROKER_REQUESTS, handle_request, merge_responses
+from kraftlake.controller.replication import altered_elsewhere
 from kraftlake.image import causes, features, partition_changes
 from kraftlake.image.causes import Batch, Cause, Marks
 from kraftlake.image.cluster_image import BrokerRegistration, ClusterImage, PartitionRegistration, normalize_uuid
 from kraftlake.image.partitions import registration
 from kraftlake.image.partition_store import PartitionStore
 from kraftlake.image.replay import replay
+from kraftlake.metadata.config import setting
 from kraftlake.metadata.errors import error_name
 from kraftlake.metadata.schemas import QUORUM_TRAFFIC, registry
 from kraftlake.metadata.tables import table_arrow_schema, table_keys
@@ -49,6 +54,7 @@ FEATURE_EVENTS = frozenset({"FeatureLevelRecord", "KRaftVersionRecord"}) | MARKE
 # outweigh the records.
 FAST_RUN = 32
 _FAST = object()  # ``latest_partitions``: the partition's state is in the columns, not an object
+_OFFSET = operator.itemgetter("offset")
 
 
 def shard_of_topic(topic_id: str, shards: int) -> int:
@@ -245,8 +251,8 @@ def _canonical_order(image: ClusterImage) -> None:
 class _Step:
     """One shard over one batch of its events: replays records, decides requests, collects rows."""
 
-    def __init__(self, shard: int, shards: int, state: ShardState, config: Mapping[str, str]):
-        self.shard, self.shards, self.state, self.config = shard, shards, state, config
+    def __init__(self, shard: int, shards: int, state: ShardState, config: Mapping[str, str], fast: bool = True):
+        self.shard, self.shards, self.state, self.config, self.fast = shard, shards, state, config, fast
         self.image = state.image
         self.out = _Collector()
         self.names = {tid: t.name for tid, t in self.image.topics.items()}  # kept after removal, for history
@@ -256,15 +262,26 @@ class _Step:
         # the batches of this step's log records that hold records causing others, by (source, position)
         self.batches: dict[tuple[str | None, int | None], Batch] = {}
         self.before_decision = False  # generated records come from what precedes a request's own decision
+        self.timeout_ms = session_timeout_ms(config)
+        self.rebalance = setting(config, "auto.leader.rebalance.enable").strip().lower() == "true"
+        # up to this event time no session can expire (``quiet_until``), and the brokers the controller has in
+        # controlled shutdown (``shutting_down``); None: not known since brokers or sessions last changed
+        self.quiet: int | None = None
+        self.leaving: frozenset[int] | None = None
 
     def owns(self, topic_id: str) -> bool:
         return shard_of_topic(topic_id, self.shards) == self.shard
 
     def event(self, event: dict) -> None:
+        kind = event["type"]
+        if self.fast and (kind == "BrokerHeartbeatRequest" and self.steady(event)
+                          or kind == "AlterPartitionRequest" and self.elsewhere(event)):
+            return
         if registry()[event["type"]].kind == "request":
             self.request(event)
             return
         self.state.in_term = False  # a record another controller wrote: its term, not ours
+        self.changed()
         reporter = event["type"] in TOPIC_SCOPED or self.shard == 0
         self.apply(event, event, reporter, self.batch_of(event), event["offset"])
 
@@ -470,6 +487,68 @@ class _Step:
                 "cause_offset": pa.array(offsets, pa.int64(), mask=offsets < 0),
                 "cause_broker": pa.array(brokers, pa.int32(), mask=brokers < 0)}
 
+    def settled(self, now: int) -> bool:
+        """Whether a request at event time ``now`` finds nothing to do before its own decision: this term
+        has begun, no leader-imbalance check is due and no session can have expired (``quiet``). Then a
+        request that changes nothing may take a fast path (``steady``, ``elsewhere``), which must leave
+        the state exactly as ``request`` would."""
+        if not self.state.in_term:
+            return False
+        if self.rebalance:
+            due = self.state.controller.balance_due_ms
+            if due is None or now >= due:
+                return False
+        quiet = self.quiet
+        return quiet is not None and now <= quiet or self.quiet_at(now)
+
+    def steady(self, request: dict) -> bool:
+        """The fast path of a heartbeat that changes nothing (``cluster_control.steady_heartbeat``): no
+        decision, no records, and the answer only from shard 0 (every shard answers a broker request
+        alike, and ``merged_responses`` keeps the first shard's). False, with nothing changed, when the
+        request needs ``request``."""
+        if not self.settled(request["timestamp"]):
+            return False
+        caught_up = steady_heartbeat(self.image, self.state.controller, request["data"], request["timestamp"])
+        if caught_up is None:
+            return False
+        self.answer(request, _steady_row(request["version"], caught_up))
+        return True
+
+    def elsewhere(self, request: dict) -> bool:
+        """The fast path of an AlterPartition about other shards' topics only
+        (``replication.altered_elsewhere``): no decision, and only shard 0 answers (with no topic, which
+        the merge unites with the owners' answers). False, with nothing changed, when it needs ``request``."""
+        if not self.settled(request["timestamp"]) or not altered_elsewhere(self.image, request, self.owns):
+            return False
+        self.answer(request, _elsewhere_row(request["version"]))
+        return True
+
+    def answer(self, request: dict, row: dict) -> None:
+        """Shard 0's ``responses`` row of a fast path, from a shared ``row`` made for the request's type
+        and version (``_steady_row``); what ``request`` would have done first (``_canonical_order``)."""
+        if self.unordered:
+            _canonical_order(self.image)
+            self.unordered = False
+        if self.shard == 0:
+            row = dict(row)
+            row["offset"], row["timestamp"], row["data"] = request["offset"], request["timestamp"], dict(row["data"])
+            self.out.add("responses", "response", request["offset"], row)
+
+    def changed(self) -> None:
+        """Brokers or their sessions may have changed: what ``quiet`` and ``leaving`` hold is to be found again."""
+        self.quiet = self.leaving = None
+
+    def shutting_down(self) -> frozenset[int]:
+        if self.leaving is None:
+            self.leaving = shutting_down(self.image, self.state.controller)
+        return self.leaving
+
+    def quiet_at(self, now: int) -> bool:
+        """Whether no session can have expired by event time ``now``, so ``expire_sessions`` may be skipped."""
+        if self.quiet is None:
+            self.quiet = quiet_until(self.image, self.state.controller, self.timeout_ms)
+        return self.quiet is not None and now <= self.quiet
+
     def request(self, request: dict) -> None:
         """Decide a request as Kafka's controller would: first fence the brokers whose sessions expired
         by the request's event time, then a leader-imbalance check if one is due, then the decision;
@@ -481,10 +560,15 @@ class _Step:
             self.unordered = False
         ctx = Context(now_ms=request["timestamp"], offset=request["offset"], config=self.config, owns=self.owns,
                       whole_image=self.shards == 1)
+        starts = not state.in_term
+        quiet = self.fast and not starts and self.quiet_at(ctx.now_ms)
         decision = handle_request(self.image, state.controller, request, ctx,
                                   lambda records: self.generated(request, records, before_decision=True),
-                                  starts_term=not state.in_term)
+                                  starts_term=starts, expire=not quiet,
+                                  shutting_down=None if starts or not quiet else self.shutting_down)
         state.in_term = True
+        if starts or not quiet or request["type"] in BROKER_REQUESTS:
+            self.changed()  # sessions may have started, expired or changed (broker records: ``apply``)
         if decision is None:
             if self.shard == 0:
                 self.out.add("rejected", "append", request["offset"],
@@ -557,7 +641,7 @@ class _Step:
 
 def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
          config: Mapping[str, str] | None = None, columns: bool = True,
-         changes: partition_changes.Changes | None = None) -> list[Output | Block]:
+         changes: partition_changes.Changes | None = None, fast: bool = True) -> list[Output | Block]:
     """Replay this shard's records and decide its requests, in offset order; the warehouse's rows.
 
     Events at or below the state's last offset were applied already (a micro-batch that Spark
@@ -566,14 +650,16 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
     ``changes`` are simple PartitionChangeRecords already in columns (the streaming job reads them so,
     without a dict per record), in offset order, beside ``events``; without them the simple records of
     ``events`` are picked out. ``columns=False`` replays every record one by one (the reference the
-    column-wise runs are tested against).
+    column-wise runs are tested against); ``fast=False`` decides every request in full, with no fast path
+    for the requests that change nothing (``_Step.settled``: the reference those are tested against).
     """
     with gc_paused():
         image = state.image
         topics_before = _topics_snapshot(image)
         configs_before = {k: dict(v) for k, v in image.configs.items()} if shard == 0 else {}
-        work = _Step(shard, shards, state, config or {})
-        events = sorted((e for e in events if e["offset"] > state.last_offset), key=lambda e: e["offset"])
+        work = _Step(shard, shards, state, config or {}, fast)
+        last = state.last_offset
+        events = sorted((e for e in events if e["offset"] > last), key=_OFFSET)
         if columns and changes is None:
             simple = [e["type"] == "PartitionChangeRecord" and partition_changes.is_simple(e["data"]) for e in events]
             changes = partition_changes.Changes.of_events([e for e, s in zip(events, simple) if s])
@@ -584,6 +670,9 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
         work.batches = _batches(events)  # simple PartitionChangeRecords cause nothing: they are not looked at
         if changes is not None:
             changes = changes.take(np.flatnonzero(changes.offsets > state.last_offset))
+        if changes is not None and len(changes) == 0:
+            changes = None  # a log of requests has none: no run to cut
+        if changes is not None:
             # each dict event's place among the column records: those before it are one run
             cuts = np.searchsorted(changes.offsets, [e["offset"] for e in events]).tolist() + [len(changes)]
         start = 0
@@ -663,6 +752,27 @@ def response_row(request: dict, response: dict) -> dict:
             "error_message": data.get("ErrorMessage"), "data": data}
 
 
+def _answer_row(request_type: str, version: int, data: dict) -> dict:
+    """A ``responses`` row (offset and timestamp to be filled in) of shard 0, as ``response_row``
+    makes it for the decision's answer ``data``."""
+    request = {"offset": None, "timestamp": None, "type": request_type, "version": version}
+    answer = response(request_type.replace("Request", "Response"), data, version)
+    return {**response_row(request, answer), "shard": 0}
+
+
+@cache
+def _steady_row(version: int, caught_up: bool) -> dict:
+    """A steady heartbeat's answer (``cluster_control.decide_broker_heartbeat``); shared: callers copy it."""
+    return _answer_row("BrokerHeartbeatRequest", version,
+                       {"ErrorCode": 0, "IsCaughtUp": caught_up, "IsFenced": False, "ShouldShutDown": False})
+
+
+@cache
+def _elsewhere_row(version: int) -> dict:
+    """The answer of a shard that owns none of an AlterPartition's topics (``replication.alter_partition``)."""
+    return _answer_row("AlterPartitionRequest", version, {"ErrorCode": 0, "Topics": []})
+
+
 def merged_responses(outputs: Iterable[Output]) -> list[dict]:
     """One ``responses`` row per request: the shards' answers merged in shard order."""
     by_request: dict[int, list[dict]] = {}
@@ -671,9 +781,14 @@ def merged_responses(outputs: Iterable[Output]) -> list[dict]:
             by_request.setdefault(o.offset, []).append(o.row)
     rows = []
     for offset in sorted(by_request):
-        parts = sorted(by_request[offset], key=lambda r: r["shard"])
-        first = {k: v for k, v in parts[0].items() if k != "shard"}
-        rows.append({**first, "data": merge_responses([p["data"] for p in parts])})
+        parts = by_request[offset]
+        if len(parts) > 1:
+            parts.sort(key=lambda r: r["shard"])
+        row = dict(parts[0])
+        del row["shard"]
+        if len(parts) > 1:
+            row["data"] = merge_responses([p["data"] for p in parts])
+        rows.append(row)
     return rows
 
 
@@ -708,8 +823,8 @@ def apply_outputs(tables: dict[str, dict], outputs: Iterable[Output | Block]) ->
             rows[key] = o.row
 
 
-def replay_log(events: Iterable[dict], shards: int, config: Mapping[str, str] | None = None, columns: bool = True
-               ) -> tuple[dict[str, dict | list], list[ShardState]]:
+def replay_log(events: Iterable[dict], shards: int, config: Mapping[str, str] | None = None, columns: bool = True,
+               fast: bool = True) -> tuple[dict[str, dict | list], list[ShardState]]:
     """The whole pipeline in-process: route, step every shard, fold the outputs into tables."""
     states = [ShardState(ClusterImage()) for _ in range(shards)]
     per_shard: list[list[dict]] = [[] for _ in range(shards)]
@@ -719,7 +834,7 @@ def replay_log(events: Iterable[dict], shards: int, config: Mapping[str, str] | 
     tables: dict[str, dict | list] = {}
     outputs: list[Output] = []
     for shard in range(shards):
-        outputs.extend(step(shard, shards, states[shard], per_shard[shard], config, columns))
+        outputs.extend(step(shard, shards, states[shard], per_shard[shard], config, columns, fast=fast))
     apply_outputs(tables, outputs)
     return tables, states
 

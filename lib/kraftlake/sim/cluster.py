@@ -32,7 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
-from kraftlake.controller.cluster_control import ControllerState, session_timeout_ms
+from kraftlake.controller.cluster_control import ControllerState, quiet_until, session_timeout_ms
 from kraftlake.controller.decisions import Context
 from kraftlake.controller.dispatch import handle_request
 from kraftlake.image.cluster_image import NO_LEADER, BrokerRegistration, ClusterImage, PartitionRegistration
@@ -214,18 +214,8 @@ class ControllerMirror:
     def _earliest_deadline(self, now: int) -> int:
         """Sessions only ever get later contacts, and new ones start at their event time, so until this
         moment no session can expire (``expire_sessions`` would return nothing and change nothing)."""
-        earliest = None
-        for broker in self.image.brokers.values():
-            if broker.fenced:
-                continue
-            session = self.state.sessions.get(broker.id)
-            if session is None or session.epoch != broker.epoch:
-                return now  # expire_sessions would start this session: call it again next time
-            if session.contact_ms is None:
-                continue  # never heard from: Kafka's tracker has no contact to expire
-            if earliest is None or session.contact_ms < earliest:
-                earliest = session.contact_ms
-        return now + self.timeout_ms if earliest is None else max(now, earliest + self.timeout_ms)
+        bound = quiet_until(self.image, self.state, self.timeout_ms)
+        return now if bound is None else max(now, min(bound, now + self.timeout_ms))
 
     def _apply(self, records: list[dict], request: dict) -> None:
         for record in records:

@@ -287,8 +287,10 @@ def supervise(queries: Mapping[str, Any], once: bool, checkpoint: str,
 
     SIGINT and SIGTERM only set a flag that the loop checks every second before it stops the queries: the
     driver's main thread is usually inside a py4j call when they arrive, and stopping a query from the
-    handler itself would re-enter py4j (pyspark's own SIGINT handler does, and prints tracebacks). A batch
-    in flight is cut short; the checkpoint and the Delta transactions make the next start finish it.
+    handler itself would re-enter py4j (pyspark's own SIGINT handler does, and prints tracebacks). Each
+    query is stopped between two micro-batches (``stop_between_batches``): one cut short makes Spark's
+    stream thread fail on its interrupt (a StackOverflowError printed, seen with 4.2). A second signal stops
+    them at once; the checkpoint and the Delta transactions make the next start finish the batch cut short.
     """
     from pyspark.errors import StreamingQueryException
 
@@ -315,10 +317,10 @@ def supervise(queries: Mapping[str, Any], once: bool, checkpoint: str,
             if on_progress is not None:
                 on_progress(main.lastProgress)
         if stop_requested:
-            print(f"[{main_name}] stopping (signal received); restart to continue from the checkpoint",
-                  file=out, flush=True)
+            print(f"[{main_name}] stopping (signal received) after the micro-batch in flight; restart to "
+                  "continue from the checkpoint", file=out, flush=True)
             for q in queries.values():
-                q.stop()
+                stop_between_batches(q, lambda: len(stop_requested) > 1)
             return False
         for name, q in queries.items():
             if q.exception() is not None:
@@ -330,6 +332,20 @@ def supervise(queries: Mapping[str, Any], once: bool, checkpoint: str,
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def stop_between_batches(query: Any, at_once: Callable[[], bool], every_s: float = 0.02) -> None:
+    """Stop ``query`` once the micro-batch in flight has committed (its progress reported) or no trigger
+    runs (``status["isTriggerActive"]``), polled every ``every_s``; at once when ``at_once()`` says so.
+    With a backlog the next batch starts right away: it is stopped while it plans, before its tasks run."""
+    progress = query.lastProgress
+    done = progress["batchId"] if progress else -1
+    while query.isActive and query.status.get("isTriggerActive") and not at_once():
+        progress = query.lastProgress
+        if progress and progress["batchId"] > done:
+            break
+        time.sleep(every_s)
+    query.stop()
 
 
 def _guarded(queries: Mapping[str, Any], guard: Callable[[], None] | None) -> None:

@@ -1,0 +1,194 @@
+"""The fast paths for requests that change nothing (a steady heartbeat, an AlterPartition about other
+shards' topics; ``shards._Step.settled``) decide exactly as the plain path (``step(fast=False)``).
+
+The logs are the cluster simulator's, made harder on purpose and seeded: heartbeats and AlterPartitions
+are sent at every version of their schemas (``schemas/request``), and some of them are bent so that the
+fast path must refuse them (stale epochs, WantFence, offline directories, event time going back,
+unknown brokers and topics); the request types the simulator never sends (UnregisterBroker,
+CreatePartitions, ListPartitionReassignments) and records of another controller (a new term) are mixed
+in. Each log is cut into micro-batches at seeded random places and replayed by 1 to 4 shards both ways;
+the tables must hold the same rows and the shards' states must serialise to the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from kraftlake.codec.events import validate_event
+from kraftlake.controller.dispatch import BROKER_REQUESTS, PARTITION_REQUESTS, TOPIC_REQUESTS
+from kraftlake.controller.shards import ShardState, apply_outputs, routes, step
+from kraftlake.image.cluster_image import ClusterImage
+from kraftlake.metadata.schemas import registry
+from kraftlake.sim.cluster import DEFAULT_MIX, ClusterSimulator, SimulationOptions
+
+EVENTS = 2500
+# A short session timeout and frequent leader-imbalance checks, so that sessions expire and checks fall due
+# between steady heartbeats; crashes and rolling restarts often, so that brokers fence and unfence, and
+# topics created and reassigned often, so that some are placed while a broker is in controlled shutdown.
+CONFIG = {"broker.session.timeout.ms": "6000", "broker.heartbeat.interval.ms": "2000",
+          "leader.imbalance.check.interval.seconds": "20"}
+OPTIONS = dict(brokers=6, topics=8, partitions_per_topic=4, operation_interval_ms=15_000,
+               mix={**DEFAULT_MIX, "crash": 1.5, "rolling_restart": 1.0, "create_topic": 2.0, "reassign": 2.0})
+
+
+def _versions(type_: str) -> list[int]:
+    versions = registry()[type_].valid_versions
+    return list(range(versions.low, versions.high + 1))
+
+
+def _alter_partition_at(data: dict, version: int, names: dict[str, str]) -> dict:
+    """An AlterPartitionRequest v3 body (as the simulator writes it) at ``version``: topics by name
+    before v2, the new ISR as ids before v3, no LeaderRecoveryState before v1."""
+    topics = []
+    for topic in data["Topics"]:
+        parts = []
+        for part in topic["Partitions"]:
+            wire = {"PartitionIndex": part["PartitionIndex"], "LeaderEpoch": part["LeaderEpoch"],
+                    "PartitionEpoch": part["PartitionEpoch"]}
+            if version >= 1:
+                wire["LeaderRecoveryState"] = part["LeaderRecoveryState"]
+            if version >= 3:
+                wire["NewIsrWithEpochs"] = part["NewIsrWithEpochs"]
+            else:
+                wire["NewIsr"] = [member["BrokerId"] for member in part["NewIsrWithEpochs"]]
+            parts.append(wire)
+        key = {"TopicId": topic["TopicId"]} if version >= 2 else {"TopicName": names.get(topic["TopicId"], "gone")}
+        topics.append({**key, "Partitions": parts})
+    return {"BrokerId": data["BrokerId"], "BrokerEpoch": data["BrokerEpoch"], "Topics": topics}
+
+
+def _bent(event: dict, rng: random.Random, sim: ClusterSimulator, names: dict[str, str]) -> dict:
+    """The event at a random version of its type, and now and then changed so that it is no longer the
+    steady case (only heartbeats and AlterPartitions; the others as they are)."""
+    type_, data = event["type"], dict(event["data"])
+    if type_ == "BrokerHeartbeatRequest":
+        version = rng.choice(_versions(type_))
+        roll = rng.random()
+        if roll < 0.02:
+            data["WantFence"] = True
+        elif roll < 0.04:
+            data["BrokerEpoch"] += 1
+        elif roll < 0.05:
+            data["BrokerId"] = 99
+        elif roll < 0.07 and version >= 1:
+            data["OfflineLogDirs"] = [sim.brokers[data["BrokerId"]].log_dir]
+        elif roll < 0.09:
+            event = {**event, "timestamp": event["timestamp"] - rng.randrange(1, 8000)}
+        if version < 1:
+            data.pop("OfflineLogDirs", None)
+        return {**event, "version": version, "data": data}
+    if type_ == "AlterPartitionRequest":
+        version = rng.choice(_versions(type_))
+        roll = rng.random()
+        if roll < 0.03:
+            data["BrokerEpoch"] -= 1
+        elif roll < 0.05 and data["Topics"]:
+            data["Topics"] = [*data["Topics"], {**data["Topics"][0], "TopicId": "AAAAAAAAAAAAAAAAAAAAAQ"}]
+        return {**event, "version": version, "data": _alter_partition_at(data, version, names)}
+    return event
+
+
+def _extra(rng: random.Random, event: dict, sim: ClusterSimulator, names: dict[str, str]) -> dict | None:
+    """Now and then, a request the simulator never sends, or a record of another controller."""
+    roll = rng.random()
+    broker = rng.randrange(1, OPTIONS["brokers"] + 1)
+    name = rng.choice(sorted(names.values())) if names else "topic-0"
+    if roll < 0.002:
+        return {"type": "UnregisterBrokerRequest", "version": 0, "data": {"BrokerId": broker}}
+    if roll < 0.004:
+        return {"type": "CreatePartitionsRequest", "version": rng.choice(_versions("CreatePartitionsRequest")),
+                "data": {"Topics": [{"Name": name, "Count": OPTIONS["partitions_per_topic"] + rng.randrange(1, 3),
+                                     "Assignments": None}], "TimeoutMs": 1000, "ValidateOnly": False}}
+    if roll < 0.006:
+        return {"type": "ListPartitionReassignmentsRequest", "version": 0, "data": {"Topics": None}}
+    if roll < 0.007:
+        return {"type": "ConfigRecord", "version": 0,
+                "data": {"ResourceType": 2, "ResourceName": name, "Name": "min.insync.replicas", "Value": "1"}}
+    return None
+
+
+def hard_log(seed: int) -> list[dict]:
+    """A simulated log (as ingest hands it on) with every request type, its fast-path types at every version."""
+    rng = random.Random(seed)
+    sim = ClusterSimulator(SimulationOptions(seed=seed, **OPTIONS), CONFIG)
+    names: dict[str, str] = {}
+    events: list[dict] = []
+    for event in sim.events(EVENTS):
+        for tid, topic in sim.image.topics.items():
+            names.setdefault(tid, topic.name)
+        extra = _extra(rng, event, sim, names)
+        items = ([extra] if extra else []) + [_bent(event, rng, sim, names)]
+        if event["type"] == "BrokerHeartbeatRequest" and event["data"]["WantShutDown"] and rng.random() < 0.5:
+            # a topic placed while the broker may be in controlled shutdown (placement skips it)
+            items.append({"type": "CreateTopicsRequest", "version": 7, "data": {"Topics": [
+                {"Name": f"placed-{len(events)}", "NumPartitions": 6, "ReplicationFactor": 3}]}})
+        for item in items:
+            line = validate_event({**item, "timestamp": item.get("timestamp", event["timestamp"])})
+            events.append({**line, "offset": len(events), "source": "hard.jsonl", "position": len(events) + 1})
+    return events
+
+
+def replayed(events: list[dict], shards: int, cuts: list[int], fast: bool) -> tuple[dict, list[bytes]]:
+    """Tables and shard states after the shards' steps over the log cut into micro-batches at ``cuts``."""
+    states = [ShardState(ClusterImage()) for _ in range(shards)]
+    tables: dict = {}
+    for lo, hi in zip([0, *cuts], [*cuts, len(events)]):
+        per_shard: list[list[dict]] = [[] for _ in range(shards)]
+        for event in events[lo:hi]:
+            for shard in routes(event, shards):
+                per_shard[shard].append(event)
+        outputs = [o for shard in range(shards)
+                   for o in step(shard, shards, states[shard], per_shard[shard], CONFIG, fast=fast)]
+        apply_outputs(tables, outputs)
+    return tables, [s.to_bytes() for s in states]
+
+
+def rows(table: dict | list) -> list[str]:
+    """A table's rows as a sorted list (appended rows of several shards at one offset come in no set order)."""
+    return sorted(json.dumps(r, sort_keys=True, default=repr) for r in (table.values() if isinstance(table, dict)
+                                                                        else table))
+
+
+@pytest.fixture(scope="module")
+def logs() -> dict[int, list[dict]]:
+    return {seed: hard_log(seed) for seed in (3, 5)}
+
+
+def test_the_logs_have_every_request_type_and_fast_path_version(logs):
+    seen = {(e["type"], e["version"]) for log in logs.values() for e in log}
+    types = {t for t, _ in seen}
+    assert set(BROKER_REQUESTS) | set(TOPIC_REQUESTS) | set(PARTITION_REQUESTS) <= types
+    for type_ in ("BrokerHeartbeatRequest", "AlterPartitionRequest"):
+        assert {(type_, v) for v in _versions(type_)} <= seen
+
+
+@pytest.mark.parametrize("seed", [3, 5])
+@pytest.mark.parametrize("shards", [1, 2, 3, 4])
+def test_fast_path_decides_as_the_plain_path(logs, seed, shards):
+    events = logs[seed]
+    rng = random.Random(seed * 10 + shards)
+    cuts = sorted(rng.sample(range(1, len(events)), rng.randrange(0, 12)))
+    plain_tables, plain_states = replayed(events, shards, cuts, fast=False)
+    fast_tables, fast_states = replayed(events, shards, cuts, fast=True)
+    assert sorted(fast_tables) == sorted(plain_tables)
+    for name in plain_tables:
+        assert rows(fast_tables[name]) == rows(plain_tables[name]), name
+    assert fast_states == plain_states
+    # the log made the controller work: sessions expired, brokers were fenced by it, records were written
+    assert len(plain_tables["responses"]) == sum(1 for e in events if registry()[e["type"]].kind == "request")
+    causes = {r["cause"] for r in plain_tables["broker_history"]}
+    assert {"session_expired", "fence_requested"} <= causes, causes
+    assert plain_tables["controller_log"]
+
+
+def test_one_batch_and_one_batch_per_event_agree(logs):
+    """The fast path's shortcuts last for one step: batching must not matter to it either."""
+    events = logs[3][:800]
+    whole, _ = replayed(events, 3, [], fast=True)
+    single, _ = replayed(events, 3, list(range(1, len(events))), fast=True)
+    plain, _ = replayed(events, 3, list(range(1, len(events))), fast=False)
+    for name in whole:
+        assert rows(whole[name]) == rows(single[name]) == rows(plain[name]), name
