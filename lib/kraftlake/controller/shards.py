@@ -21,12 +21,14 @@ from typing import Iterable, Iterator, Mapping
 import numpy as np
 import pyarrow as pa
 
+from kraftlake.controller.anomalies import RECOVERING, Anomalies, Place, Seen, Thresholds, min_insync_replicas
 from kraftlake.controller.cluster_control import ControllerState, decided_cause
 from kraftlake.controller.decisions import Context
 from kraftlake.controller.dispatch import handle_request, merge_responses
 from kraftlake.image import causes, features, partition_changes
 from kraftlake.image.causes import Batch, Cause, Marks
-from kraftlake.image.cluster_image import BrokerRegistration, ClusterImage, PartitionRegistration, normalize_uuid
+from kraftlake.image.cluster_image import (NO_LEADER, BrokerRegistration, ClusterImage, PartitionRegistration,
+                                           normalize_uuid)
 from kraftlake.image.partitions import registration
 from kraftlake.image.partition_store import PartitionStore
 from kraftlake.image.replay import replay
@@ -130,7 +132,8 @@ class ShardState:
     ``in_term`` is false while the shard replays records another controller wrote; the first request
     after them starts a term of its own (``cluster_control.take_over``), as a failover does in Kafka.
     ``marks`` (shard 0's, which writes broker_history) say where each broker's registration and
-    controlled shutdown began, for the causes that name them (``causes.Marks``).
+    controlled shutdown began, for the causes that name them (``causes.Marks``). ``anomalies``: the
+    shard's open anomaly episodes and what its thresholds wait for.
     """
 
     image: ClusterImage
@@ -138,18 +141,20 @@ class ShardState:
     controller: ControllerState = field(default_factory=ControllerState)
     in_term: bool = False
     marks: dict[int, Marks] = field(default_factory=dict)
+    anomalies: Anomalies = field(default_factory=Anomalies)
 
     def to_bytes(self) -> bytes:
         marks = [[broker, sorted([state, *mark] for state, mark in m.items())]
                  for broker, m in sorted(self.marks.items())]
-        soft = json.dumps({"controller": self.controller.to_dict(), "in_term": self.in_term, "marks": marks},
-                          separators=(",", ":")).encode()
+        soft = json.dumps({"controller": self.controller.to_dict(), "in_term": self.in_term, "marks": marks,
+                           "anomalies": self.anomalies.to_dict()}, separators=(",", ":")).encode()
         return (self.last_offset.to_bytes(8, "big", signed=True) + len(soft).to_bytes(4, "big") + soft
                 + self.image.to_bytes())
 
     @classmethod
     def from_bytes(cls, raw: bytes | None) -> "ShardState":
-        """Also an earlier release's state, which has no marks: causes then name no earlier event."""
+        """Also an earlier release's state, which has no marks (causes then name no earlier event) and no
+        anomalies (none is open)."""
         if not raw:
             return cls(ClusterImage())
         size = int.from_bytes(raw[8:12], "big")
@@ -157,7 +162,8 @@ class ShardState:
         marks = {broker: {state: (offset, type_) for state, offset, type_ in m}
                  for broker, m in soft.get("marks", [])}
         return cls(ClusterImage.from_bytes(raw[12 + size:]), int.from_bytes(raw[:8], "big", signed=True),
-                   ControllerState.from_dict(soft["controller"]), soft["in_term"], marks)
+                   ControllerState.from_dict(soft["controller"]), soft["in_term"], marks,
+                   Anomalies.from_dict(soft.get("anomalies")))
 
 
 def partition_row(topic: str, p: PartitionRegistration) -> dict:
@@ -256,11 +262,16 @@ class _Step:
         # the batches of this step's log records that hold records causing others, by (source, position)
         self.batches: dict[tuple[str | None, int | None], Batch] = {}
         self.before_decision = False  # generated records come from what precedes a request's own decision
+        self.anomalies = state.anomalies
+        self.anomalies.thresholds = Thresholds.of(config)
+        self.cause_types: dict[int, str] = {}  # the type of each event of the step that may cause changes
 
     def owns(self, topic_id: str) -> bool:
         return shard_of_topic(topic_id, self.shards) == self.shard
 
     def event(self, event: dict) -> None:
+        if event["type"] not in TOPIC_SCOPED:  # every shard sees it: thresholds in time are checked at it
+            self.anomalies.tick(event["offset"], event["timestamp"])
         if registry()[event["type"]].kind == "request":
             self.request(event)
             return
@@ -307,6 +318,11 @@ class _Step:
             topic = self.names.get(current.topic_id, "")
             out.add("partition_history", "append", cause["offset"],
                     history_row(topic, history_event, before, after, why))
+            cause_type = cause["type"] if decided else history_event["type"] if why.offset is None else \
+                self.cause_types.get(why.offset)
+            self.anomalies.partition_change(
+                Place(cause["offset"], event["timestamp"], topic, current.topic_id, current.partition_id), before,
+                after, why, cause_type, min_insync_replicas(image, topic, self.config))
             self.latest_partitions[(current.topic_id, current.partition_id)] = (cause["offset"], topic, after)
         if self.shard == 0:
             for before, after in result.broker_changes:
@@ -331,13 +347,15 @@ class _Step:
             if cause is not event:  # this controller's decision: it knows why, and the request is the cause
                 reason = decided_cause(state, reason, cause, self.before_decision)
                 named = (cause["offset"], cause["type"])
-            self.out.add("broker_history", "append", event["offset"], {
+            row = {
                 "offset": event["offset"], "timestamp": event["timestamp"], "broker_id": broker.id,
                 "epoch": broker.epoch, "incarnation_id": broker.incarnation_id, "state": state, "cause": reason,
                 "cause_offset": None if named is None else named[0],
                 "cause_type": None if named is None else named[1],
                 "record": kind, "fenced": None if after is None else after.fenced,
-                "in_controlled_shutdown": None if after is None else after.in_controlled_shutdown})
+                "in_controlled_shutdown": None if after is None else after.in_controlled_shutdown}
+            self.out.add("broker_history", "append", event["offset"], row)
+            self.anomalies.broker_state(row)
             if kind == "SnapshotFooterRecord" and state == causes.REGISTERED:
                 marks = {}  # where its registration was, a snapshot does not say
             else:
@@ -428,9 +446,18 @@ class _Step:
         latest = self.latest_partitions
         for offset, name, r in zip(offsets, names, regs):
             latest[(r.topic_id, r.partition_id)] = (offset, name, _FAST)
+        mins: dict[str, int] = {}
+        for (event, r), name, w in zip(made, names, why):
+            if name not in mins:
+                mins[name] = min_insync_replicas(self.image, name, self.config)
+            if r.leader == NO_LEADER or len(r.isr) < mins[name] or r.adding_replicas or r.removing_replicas:
+                self.anomalies.partition_change(Place(event["offset"], event["timestamp"], name, r.topic_id,
+                                                      r.partition_id), None, r, w,
+                                                "PartitionRecord" if w.offset is None else "TopicRecord", mins[name])
 
     def _on_columns(self, changes: partition_changes.Changes, rows: np.ndarray) -> None:
         applied = partition_changes.apply(self.image, changes, rows)
+        kinds, cause_offsets, brokers = self._column_causes(changes, applied)
         store, n = self.image.store, len(changes)
         names = [self.names.get(t, "") for t in changes.topic_ids]
         cols = store.cols
@@ -450,25 +477,64 @@ class _Step:
                 "adding_replicas": _lists(ints, cols["adding_replicas"][rows], pa.int32()),
                 "removing_replicas": _lists(ints, cols["removing_replicas"][rows], pa.int32()),
                 "elr": _lists(ints, cols["elr"][rows], pa.int32()), "leader_recovery_state": applied.recovery,
-                **self._column_causes(changes, applied)})))
+                "cause_kind": pa.DictionaryArray.from_arrays(pa.array(kinds, pa.int8()), pa.array(causes.COLUMN_KINDS)),
+                "cause_offset": pa.array(cause_offsets, pa.int64(), mask=cause_offsets < 0),
+                "cause_broker": pa.array(brokers, pa.int32(), mask=brokers < 0)})))
         latest = self.latest_partitions
         for topic_id, partition, offset, name in zip(changes.topic_ids, changes.partitions.tolist(),
                                                      offsets.tolist(), names):
             latest[(topic_id, partition)] = (offset, name, _FAST)
+        self._column_anomalies(changes, applied, rows, names, kinds, cause_offsets)
 
-    def _column_causes(self, changes: partition_changes.Changes, applied: partition_changes.Applied) -> dict:
-        """``causes.change_causes`` of a run on the columns, as partition_history's cause columns."""
+    def _column_causes(self, changes: partition_changes.Changes, applied: partition_changes.Applied
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``causes.change_causes`` of a run on the columns: kinds as codes into ``causes.COLUMN_KINDS``,
+        cause offsets and brokers (-1: none)."""
         n = len(changes)
         groups, batches = np.full(n, -1, np.int64), list(self.batches.values())
         if batches:  # only batches with causes are kept: a step without broker records has none
             index = {key: i for i, key in enumerate(self.batches)}
             groups = np.fromiter((index.get(key, -1) for key in zip(changes.sources, changes.positions)), np.int64, n)
-        kinds, offsets, brokers = causes.change_causes(changes.offsets, groups, batches, applied.leader, applied.isr,
-                                                       self.image.store.ints.values)
-        names = pa.array(causes.COLUMN_KINDS)
-        return {"cause_kind": pa.DictionaryArray.from_arrays(pa.array(kinds, pa.int8()), names),
-                "cause_offset": pa.array(offsets, pa.int64(), mask=offsets < 0),
-                "cause_broker": pa.array(brokers, pa.int32(), mask=brokers < 0)}
+        return causes.change_causes(changes.offsets, groups, batches, applied.leader, applied.isr,
+                                    self.image.store.ints.values)
+
+    def _column_anomalies(self, changes: partition_changes.Changes, applied: partition_changes.Applied,
+                          rows: np.ndarray, names: list[str], kinds: np.ndarray, cause_offsets: np.ndarray) -> None:
+        """The anomaly rules for a run on the columns: column-wise, the changes that may open or close an
+        episode (a partition without a leader before or after, an ISR below min.insync.replicas before or
+        after, a leader recovering or elected from outside the ISR, a topic with an episode open or a
+        reassignment in progress); those one by one, as the row-wise path does every change."""
+        store, anomalies = self.image.store, self.anomalies
+        ints, cols = store.ints.values, store.cols
+        (leader_before, leader), (isr_before, isr) = applied.leader, applied.isr
+        codes = np.unique(np.concatenate([isr_before, isr]))
+        sizes = np.fromiter((len(ints[c]) for c in codes.tolist()), np.int64, len(codes))
+        topics = pa.array(names, pa.string()).dictionary_encode()
+        mins = np.array([min_insync_replicas(self.image, t, self.config) for t in topics.dictionary.to_pylist()],
+                        np.int64)[topics.indices.to_numpy()]
+        seen = ((leader == NO_LEADER) | (leader_before == NO_LEADER) | (applied.recovery == RECOVERING)
+                | (sizes[np.searchsorted(codes, isr)] < mins) | (sizes[np.searchsorted(codes, isr_before)] < mins))
+        if anomalies.watched:
+            ids = pa.array(changes.topic_ids, pa.string()).dictionary_encode()
+            watched = np.array([t in anomalies.watched for t in ids.dictionary.to_pylist()], bool)
+            seen |= watched[ids.indices.to_numpy()]
+        moved = np.flatnonzero((leader != leader_before) & (leader != NO_LEADER) & ~seen)
+        if len(moved):  # elected from outside the ISR: decided once per (ISR, leader) pair
+            pairs = (isr_before[moved].astype(np.int64) << 32) | leader[moved].astype(np.int64)
+            unique = np.unique(pairs)
+            outside = np.fromiter(((p & 0xFFFFFFFF) not in ints[p >> 32] for p in unique.tolist()), bool, len(unique))
+            seen[moved[outside[np.searchsorted(unique, pairs)]]] = True
+        for i in np.flatnonzero(seen).tolist():
+            row, kind, cause_offset = int(rows[i]), causes.COLUMN_KINDS[kinds[i]], int(cause_offsets[i])
+            elr, replicas = ints[cols["elr"][row]], ints[cols["replicas"][row]]
+            adding, removing = ints[cols["adding_replicas"][row]], ints[cols["removing_replicas"][row]]
+            before = Seen(int(leader_before[i]), ints[isr_before[i]], elr, replicas, adding, removing, -1)
+            after = Seen(int(leader[i]), ints[isr[i]], elr, replicas, adding, removing, int(applied.recovery[i]))
+            why = Cause(kind, None if cause_offset < 0 else cause_offset)
+            anomalies.partition_change(
+                Place(int(changes.offsets[i]), int(changes.timestamps[i]), names[i], changes.topic_ids[i],
+                      int(changes.partitions[i])), before, after, why,
+                "PartitionChangeRecord" if cause_offset < 0 else self.cause_types.get(cause_offset), int(mins[i]))
 
     def request(self, request: dict) -> None:
         """Decide a request as Kafka's controller would: first fence the brokers whose sessions expired
@@ -533,6 +599,8 @@ class _Step:
                 out.add("brokers", "delete", event["offset"], {"broker_id": broker_id})
             else:
                 out.add("brokers", "upsert", event["offset"], broker_row(after, event))
+        for offset, row in self.anomalies.take():
+            out.add("anomalies", "upsert", offset, row)
         last = self.state.last_offset
         topics_after = _topics_snapshot(image)
         for tid in sorted(topics_before.keys() | topics_after.keys()):
@@ -582,6 +650,7 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
             events = sorted(events + [changes.event(i) for i in range(len(changes))], key=lambda e: e["offset"])
             changes = None
         work.batches = _batches(events)  # simple PartitionChangeRecords cause nothing: they are not looked at
+        work.cause_types = {e["offset"]: e["type"] for e in events if e["type"] in causes.CAUSE_TYPES}
         if changes is not None:
             changes = changes.take(np.flatnonzero(changes.offsets > state.last_offset))
             # each dict event's place among the column records: those before it are one run

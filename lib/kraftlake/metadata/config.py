@@ -30,6 +30,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "ConfigWarning",
+    "ANOMALY_THRESHOLDS",
     "DECODE_LIMITS",
     "ENGINES",
     "INGEST_BOUNDS",
@@ -52,6 +53,11 @@ DECODE_LIMITS = ("kraftlake.decode.batch.max.bytes", "kraftlake.decode.record.ma
 #: Where an event may land as it enters the log (``kraftlake.codec.bounds.Limits``): how many offsets past the
 #: log's end, how many ms past the clock of the job that writes it.
 INGEST_BOUNDS = ("kraftlake.ingest.offset.max.gap", "kraftlake.ingest.timestamp.after.max.ms")
+#: The anomaly rules' thresholds (``kraftlake.controller.anomalies``), each a count or event-time ms of at least 1,
+#: but the percentage, which may be 0 (any broker leading more than its share).
+ANOMALY_THRESHOLDS = ("kraftlake.anomaly.reassignment.stuck.ms", "kraftlake.anomaly.broker.flapping.unfencings",
+                      "kraftlake.anomaly.broker.flapping.window.ms",
+                      "kraftlake.anomaly.leader.imbalance.per.broker.percentage", "kraftlake.anomaly.quorum.lag.ms")
 #: Settings under this prefix are delta-rs storage options (``kraftlake.storage.aws_endpoint_url``, ...).
 STORAGE_PREFIX = "kraftlake.storage."
 
@@ -343,6 +349,8 @@ def _validate(config: Config) -> None:
     config.get_int("kraftlake.ingest.batch.records", minimum=1)
     for key in (*DECODE_LIMITS, *INGEST_BOUNDS):
         config.get_int(key, minimum=1)
+    for key in ANOMALY_THRESHOLDS:
+        config.get_int(key, minimum=0 if key.endswith("percentage") else 1)
     config.get_str("kraftlake.progress", choices=progress.MODES)
     config.get_int("kraftlake.progress.interval.ms", minimum=0)
 

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kraftlake.metadata.config import defaults, setting
+from kraftlake.metadata.progress import spoken_duration
 from kraftlake.storage.deltars import DeltaRsTables
 
 # Broker states, in the order a band legend lists them.
@@ -558,16 +559,6 @@ def _sql_condition(name: str, per_topic: dict[str, int], default: int, topics: l
     return condition + _topic_filter(topics)
 
 
-def duration(ms: int) -> str:
-    """A length of time as a person says it: 84 ms, 51.4 s, 26 min, 3.2 h, 12 days, 31,000 years."""
-    for unit, size in (("years", 365.25 * 86_400_000), ("days", 86_400_000), ("h", 3_600_000), ("min", 60_000),
-                       ("s", 1_000)):
-        if ms >= size:
-            value = ms / size
-            return f"{value:,.0f} {unit}" if value >= 10 else f"{value:.1f} {unit}"
-    return f"{ms} ms"
-
-
 def _level_moments(tl: Timeline, name: str, offsets: np.ndarray, times: np.ndarray, levels: np.ndarray,
                    condition: str, topics: list[str] | None) -> None:
     """A moment where the count leaves zero (with how many partitions went into that condition at that
@@ -608,7 +599,7 @@ def _level_moments(tl: Timeline, name: str, offsets: np.ndarray, times: np.ndarr
         else:
             e = int(episode[g])
             tl.moments.append(Moment(int(offsets[b]), int(times[a]), f"no partition {name} any more (at most "
-                                     f"{int(episode_peak[e]):,}, for {duration(int(times[a] - episode_start[e]))})",
+                                     f"{int(episode_peak[e]):,}, for {spoken_duration(int(times[a] - episode_start[e]))})",
                                      changes))
 
 
