@@ -61,6 +61,12 @@ def test_under_min_isr_counts_the_isr_against_the_topics_min_insync_replicas_whe
         ("under_min_isr", "t1-0", shrunk + 1, grown, "isr_change", shrunk + 1, "PartitionChangeRecord")]
     assert anomalies(log.events, min_insync_replicas="2")[1] == (
         "under_min_isr", "t2-0", alone, None, "isr_change", alone, "PartitionChangeRecord")
+    # a new min.insync.replicas counts at once: the cluster's (t2's own is unusable), then t1's, then t2's
+    [raised] = log.each(ev("ConfigRecord", ResourceType=4, ResourceName="", Name="min.insync.replicas", Value="3"))
+    [t1_raised, t2_lowered] = log.each(min_isr("t1", "3"), min_isr("t2", "1"))
+    assert anomalies(log.events)[1:] == [
+        ("under_min_isr", "t1-0", t1_raised, None, "min_insync_replicas_config", t1_raised, "ConfigRecord"),
+        ("under_min_isr", "t2-0", raised, t2_lowered, "min_insync_replicas_config", raised, "ConfigRecord")]
 
 
 def test_an_unclean_election_lasts_while_the_new_leader_recovers_and_is_an_instant_without_recovery():

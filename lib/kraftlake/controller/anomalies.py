@@ -26,6 +26,8 @@ from kraftlake.image.cluster_image import NO_LEADER, ClusterImage
 from kraftlake.metadata.config import setting
 from kraftlake.metadata.progress import spoken_duration
 
+# the cause of an under_min_isr episode that a change of min.insync.replicas opened or closed
+MIN_ISR_CONFIG = "min_insync_replicas_config"
 OFFLINE, UNDER_MIN_ISR, UNCLEAN, ELR, STUCK, FLAPPING = (
     "offline_partition", "under_min_isr", "unclean_election", "elr_election", "stuck_reassignment", "broker_flapping")
 RECOVERING = 1  # Kafka's LeaderRecoveryState
@@ -218,13 +220,7 @@ class Anomalies:
                                         f"{_ids(after.isr)}) after {said}", place))
         else:
             self._close(OFFLINE, entity, offset, timestamp, f"broker {leader} led it ({said})")
-        if len(after.isr) < min_isr:
-            if (UNDER_MIN_ISR, entity) not in self.open:
-                self._open(offset, _row(UNDER_MIN_ISR, entity, offset, timestamp, why, cause_offset, cause_type,
-                                        f"{entity} has {len(after.isr)} in-sync replica(s) {_ids(after.isr)}, "
-                                        f"fewer than min.insync.replicas={min_isr}, after {said}", place))
-        else:
-            self._close(UNDER_MIN_ISR, entity, offset, timestamp, f"its ISR was {_ids(after.isr)} ({said})")
+        self.measure(place, after.isr, min_isr, why, cause_offset, cause_type)
         recovering = after.leader_recovery_state == RECOVERING
         if before is not None and leader != before.leader and leader != NO_LEADER:
             if leader not in before.isr and leader in before.elr:
@@ -251,6 +247,20 @@ class Anomalies:
             del self.reassigning[entity]
             self._watch(place.topic_id, -1)
             self._close(STUCK, entity, offset, timestamp, f"it ended with replicas {_ids(after.replicas)}")
+
+    def measure(self, place: Place, isr: Sequence[int], min_isr: int, why: str, cause_offset: int,
+                cause_type: str | None) -> None:
+        """The partition's ISR against the min.insync.replicas in force, after a change of either."""
+        entity = partition_entity(place.topic, place.topic_id, place.partition)
+        said = f"{why} at offset {cause_offset}" if cause_offset != place.offset else why
+        if len(isr) < min_isr:
+            if (UNDER_MIN_ISR, entity) not in self.open:
+                self._open(place.offset, _row(UNDER_MIN_ISR, entity, place.offset, place.timestamp, why, cause_offset,
+                                              cause_type, f"{entity} has {len(isr)} in-sync replica(s) {_ids(isr)}, "
+                                              f"fewer than min.insync.replicas={min_isr}, after {said}", place))
+        else:
+            self._close(UNDER_MIN_ISR, entity, place.offset, place.timestamp,
+                        f"its ISR was {_ids(isr)} against min.insync.replicas={min_isr} ({said})")
 
     # ---- brokers
 

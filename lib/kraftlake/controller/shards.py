@@ -21,7 +21,8 @@ from typing import Iterable, Iterator, Mapping
 import numpy as np
 import pyarrow as pa
 
-from kraftlake.controller.anomalies import RECOVERING, Anomalies, Place, Seen, Thresholds, min_insync_replicas
+from kraftlake.controller.anomalies import (MIN_ISR, MIN_ISR_CONFIG, RECOVERING, Anomalies, Place, Seen, Thresholds,
+                                           min_insync_replicas)
 from kraftlake.controller.cluster_control import ControllerState, decided_cause
 from kraftlake.controller.decisions import Context
 from kraftlake.controller.dispatch import handle_request, merge_responses
@@ -324,6 +325,9 @@ class _Step:
                 Place(cause["offset"], event["timestamp"], topic, current.topic_id, current.partition_id), before,
                 after, why, cause_type, min_insync_replicas(image, topic, self.config))
             self.latest_partitions[(current.topic_id, current.partition_id)] = (cause["offset"], topic, after)
+        if result.rejected is None and any(e["type"] == "ConfigRecord" and e["data"]["Name"] == MIN_ISR
+                                           for e in (held if kind in MARKERS else [event])):
+            self.min_isr_changed(event, cause)
         if self.shard == 0:
             for before, after in result.broker_changes:
                 self.latest_brokers[(after or before).id] = (event, after)
@@ -331,6 +335,17 @@ class _Step:
             if kind in FEATURE_EVENTS and result.rejected is None and not result.deferred:
                 for row in settings.rows(event, held if kind in MARKERS else [event]):
                     out.add("features", "append", cause["offset"], row)
+
+    def min_isr_changed(self, event: dict, cause: dict) -> None:
+        """A ``min.insync.replicas`` changed (a topic's, a broker's, the cluster's): every partition of this
+        shard's topics is measured against the value now in force (a rare event, so the whole image is walked)."""
+        for topic_id, t in self.image.topics.items():
+            if not self.owns(topic_id):
+                continue
+            min_isr = min_insync_replicas(self.image, t.name, self.config)
+            for p in t.partitions.values():
+                self.anomalies.measure(Place(cause["offset"], event["timestamp"], t.name, topic_id, p.partition_id),
+                                       p.isr, min_isr, MIN_ISR_CONFIG, cause["offset"], cause["type"])
 
     def broker_history(self, event: dict, cause: dict, before: BrokerRegistration | None,
                        after: BrokerRegistration | None) -> None:
