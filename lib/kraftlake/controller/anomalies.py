@@ -198,6 +198,11 @@ class Anomalies:
                          cause_type: str | None, min_isr: int) -> None:
         """A change of one partition (``after`` None: deleted with its topic), ``cause`` as partition_history
         names it (its offset None: the change's own event, of type ``cause_type``)."""
+        if place.topic_id not in self.watched and (after is None or (
+                after.leader != NO_LEADER and len(after.isr) >= min_isr and after.leader_recovery_state != RECOVERING
+                and not after.adding_replicas and not after.removing_replicas
+                and (before is None or after.leader == before.leader or after.leader in before.isr))):
+            return  # nothing of its topic is open or waited for, and nothing opens: the common case, made cheap
         offset, timestamp = place.offset, place.timestamp
         entity = partition_entity(place.topic, place.topic_id, place.partition)
         pending = self.reassigning.get(entity)

@@ -266,6 +266,8 @@ class _Step:
         self.anomalies = state.anomalies
         self.anomalies.thresholds = Thresholds.of(config)
         self.cause_types: dict[int, str] = {}  # the type of each event of the step that may cause changes
+        # min.insync.replicas by topic name, until an event that may change one (``min_isr``)
+        self.min_isrs: dict[str, int] = {}
 
     def owns(self, topic_id: str) -> bool:
         return shard_of_topic(topic_id, self.shards) == self.shard
@@ -294,6 +296,8 @@ class _Step:
         if self.shard == 0 and kind in FEATURE_EVENTS:
             settings = features.Settings(image, kind == "SnapshotFooterRecord")
         result = replay(image, event)
+        if kind not in TOPIC_SCOPED:
+            self.min_isrs.clear()  # a config, the active controller (LeaderChangeMessage), a snapshot, ...
         if result.rejected is not None and reporter:
             out.add("rejected", "append", cause["offset"], rejected_row(event, result.rejected))
         for offset, type_, reason in result.deferred_rejections:
@@ -323,7 +327,7 @@ class _Step:
                 self.cause_types.get(why.offset)
             self.anomalies.partition_change(
                 Place(cause["offset"], event["timestamp"], topic, current.topic_id, current.partition_id), before,
-                after, why, cause_type, min_insync_replicas(image, topic, self.config))
+                after, why, cause_type, self.min_isr(topic))
             self.latest_partitions[(current.topic_id, current.partition_id)] = (cause["offset"], topic, after)
         if result.rejected is None and any(e["type"] == "ConfigRecord" and e["data"]["Name"] == MIN_ISR
                                            for e in (held if kind in MARKERS else [event])):
@@ -336,13 +340,19 @@ class _Step:
                 for row in settings.rows(event, held if kind in MARKERS else [event]):
                     out.add("features", "append", cause["offset"], row)
 
+    def min_isr(self, topic: str) -> int:
+        value = self.min_isrs.get(topic)
+        if value is None:
+            value = self.min_isrs[topic] = min_insync_replicas(self.image, topic, self.config)
+        return value
+
     def min_isr_changed(self, event: dict, cause: dict) -> None:
         """A ``min.insync.replicas`` changed (a topic's, a broker's, the cluster's): every partition of this
         shard's topics is measured against the value now in force (a rare event, so the whole image is walked)."""
         for topic_id, t in self.image.topics.items():
             if not self.owns(topic_id):
                 continue
-            min_isr = min_insync_replicas(self.image, t.name, self.config)
+            min_isr = self.min_isr(t.name)
             for p in t.partitions.values():
                 self.anomalies.measure(Place(cause["offset"], event["timestamp"], t.name, topic_id, p.partition_id),
                                        p.isr, min_isr, MIN_ISR_CONFIG, cause["offset"], cause["type"])
@@ -461,14 +471,12 @@ class _Step:
         latest = self.latest_partitions
         for offset, name, r in zip(offsets, names, regs):
             latest[(r.topic_id, r.partition_id)] = (offset, name, _FAST)
-        mins: dict[str, int] = {}
         for (event, r), name, w in zip(made, names, why):
-            if name not in mins:
-                mins[name] = min_insync_replicas(self.image, name, self.config)
-            if r.leader == NO_LEADER or len(r.isr) < mins[name] or r.adding_replicas or r.removing_replicas:
+            min_isr = self.min_isr(name)
+            if r.leader == NO_LEADER or len(r.isr) < min_isr or r.adding_replicas or r.removing_replicas:
                 self.anomalies.partition_change(Place(event["offset"], event["timestamp"], name, r.topic_id,
                                                       r.partition_id), None, r, w,
-                                                "PartitionRecord" if w.offset is None else "TopicRecord", mins[name])
+                                                "PartitionRecord" if w.offset is None else "TopicRecord", min_isr)
 
     def _on_columns(self, changes: partition_changes.Changes, rows: np.ndarray) -> None:
         applied = partition_changes.apply(self.image, changes, rows)
@@ -525,8 +533,7 @@ class _Step:
         codes = np.unique(np.concatenate([isr_before, isr]))
         sizes = np.fromiter((len(ints[c]) for c in codes.tolist()), np.int64, len(codes))
         topics = pa.array(names, pa.string()).dictionary_encode()
-        mins = np.array([min_insync_replicas(self.image, t, self.config) for t in topics.dictionary.to_pylist()],
-                        np.int64)[topics.indices.to_numpy()]
+        mins = np.array([self.min_isr(t) for t in topics.dictionary.to_pylist()], np.int64)[topics.indices.to_numpy()]
         seen = ((leader == NO_LEADER) | (leader_before == NO_LEADER) | (applied.recovery == RECOVERING)
                 | (sizes[np.searchsorted(codes, isr)] < mins) | (sizes[np.searchsorted(codes, isr_before)] < mins))
         if anomalies.watched:
