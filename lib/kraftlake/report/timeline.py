@@ -6,7 +6,8 @@ controlled shutdown, fenced, unregistered) from the broker records of ``metadata
 reassigned, from ``partition_history``; leaderships and ISR membership gained and lost per broker; the
 metadata quorum's leader and epoch (LeaderChangeMessage records, and the partition directory's
 ``quorum-state`` file when the log ends without its leader); and the notable moments, each with its log
-offset and the SQL that shows it.
+offset and the SQL that shows it (unclean and ELR elections, stuck reassignments and flapping brokers are
+the ``anomalies`` table's episodes).
 
 A KRaft log is mostly quiet (a NoOpRecord every half second) around incidents of a few hundred
 milliseconds, so the time axis (``time_axis``) draws the time between two changes by the logarithm of its
@@ -49,6 +50,9 @@ HISTORY_COLUMNS = ["offset", "applied_offset", "timestamp", "change", "topic", "
 OFFLINE, UNDER_MIN_ISR, REASSIGNING = "offline", "under min.insync.replicas", "reassigning"
 # The tables only the controller writes that the report reads: without them it would draw no change at all.
 CONTROLLER_TABLES = ("partition_history", "controller_log")
+# Anomaly episodes the moments list one by one, from the anomalies table (offline partitions and those under
+# min.insync.replicas are counted instead, as levels over partition_history: an outage is many episodes).
+EPISODE_KINDS = ("unclean_election", "elr_election", "stuck_reassignment", "broker_flapping")
 # Event times a date can hold (years 1 to 9999, as Python's datetime): the page writes every time as one,
 # the window's end + 1 ms included.
 MIN_MS, MAX_MS = -62_135_596_800_000, 253_402_300_799_998
@@ -283,6 +287,7 @@ def build(tables: DeltaRsTables, start_ms: int | None = None, end_ms: int | None
     _brokers(tl, broker_events)
     per_topic, default = _min_isr(tables, kafka_config or defaults(), tl.notices)
     count_partitions(tl, history, per_topic, default, topic_list)
+    _episodes(tl, tables, topic_list)
     _quorum(tl, leader_changes, state, epoch_start)
     tl.moments.sort(key=lambda m: (m.offset, m.what))
     return tl
@@ -508,6 +513,23 @@ def count_partitions(tl: Timeline, history: pa.Table, per_topic: dict[str, int],
     tl.changes = int(np.sum(window))
     _per_broker(tl, history, window & (np.asarray(pc.equal(history["change"], "change").to_numpy(
         zero_copy_only=False), dtype=bool)))
+
+
+def _episodes(tl: Timeline, tables: DeltaRsTables, topics: list[str] | None) -> None:
+    """A moment where each episode of ``EPISODE_KINDS`` began within the window (the partition kinds of
+    ``topics`` only; a broker's always), with its row's one line."""
+    if not tables.exists("anomalies"):
+        tl.notices.append("no anomalies table (a controller of an earlier release): unclean and ELR elections, stuck "
+                          "reassignments and flapping brokers are not listed; rebuild with the controller's --reset")
+        return
+    rows = tables.read_arrow("anomalies", columns=["kind", "entity", "topic", "start_offset", "start_time", "detail"],
+                             filter=pc.field("kind").isin(EPISODE_KINDS))
+    starts = as_millis(rows["start_time"])
+    for row, ms in zip(rows.drop_columns(["start_time"]).to_pylist(), starts.tolist()):
+        if tl.start_ms <= ms <= tl.end_ms and (topics is None or row["topic"] is None or row["topic"] in topics):
+            tl.moments.append(Moment(row["start_offset"], ms, f"{row['kind'].replace('_', ' ')}: {row['detail']}",
+                                     f"SELECT * FROM anomalies WHERE kind = '{row['kind']}' AND entity = "
+                                     f"{sql_string(row['entity'])} AND start_offset = {row['start_offset']}"))
 
 
 def _last_rows(by_partition: np.ndarray, same: np.ndarray) -> np.ndarray:
