@@ -112,6 +112,12 @@ def _row(kind: str, entity: str, offset: int, timestamp: int, cause: str, cause_
             "cause": cause, "cause_offset": cause_offset, "cause_type": cause_type, "detail": detail}
 
 
+# An open episode's row in the state store: the values of these columns (the others are null while it lasts).
+_KEPT = ("kind", "entity", "broker_id", "topic", "topic_id", "partition", "start_offset", "start_time", "cause",
+         "cause_offset", "cause_type", "detail")
+_OPEN = {"replica_id": None, "end_offset": None, "end_time": None}
+
+
 def _closed(row: dict, offset: int, timestamp: int, why: str) -> dict:
     length = spoken_duration(timestamp - row["start_time"])
     return {**row, "end_offset": offset, "end_time": timestamp, "detail": f"{row['detail']}; for {length}, until {why}"}
@@ -291,7 +297,7 @@ class Anomalies:
     # ---- state store
 
     def to_dict(self) -> dict:
-        return {"open": list(self.open.values()),
+        return {"open": [[row[k] for k in _KEPT] for row in self.open.values()],
                 "reassigning": [[e, s, t, ty, list(p)] for e, (s, t, ty, p) in sorted(self.reassigning.items())],
                 "unfencings": [[b, [list(u) for u in us]] for b, us in sorted(self.unfencings.items())]}
 
@@ -300,7 +306,8 @@ class Anomalies:
         """Also a state written before anomalies existed (None): nothing open. The thresholds are the
         step's (``Thresholds.of`` its config)."""
         self = cls()
-        for row in (d or {}).get("open", []):
+        for values in (d or {}).get("open", []):
+            row = {**_OPEN, **dict(zip(_KEPT, values))}
             self.open[(row["kind"], row["entity"])] = row
             self._watch(row["topic_id"], 1)
         for entity, start, time, type_, place in (d or {}).get("reassigning", []):
