@@ -14,7 +14,7 @@ from kraftlake.metadata import uuids
 from kraftlake.storage.ingest import detect_kind, read_source
 
 from controller_harness import FIXTURES, ev
-from test_causes import T1, T2, Log, change, cluster, moved, partition, register, topic
+from test_causes import T1, T2, Log, change, cluster, moved, partition, topic
 
 T3 = uuids.from_bytes(bytes([3] * 16))
 WIDE = 40  # partitions of T3: runs of their simple changes are applied on the columns (shards.FAST_RUN)

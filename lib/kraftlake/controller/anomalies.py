@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Mapping, NamedTuple, Protocol, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 from kraftlake.controller.elections import topic_config_values
 from kraftlake.image import causes
 from kraftlake.image.causes import Cause
-from kraftlake.image.cluster_image import NO_LEADER, ClusterImage
+from kraftlake.image.cluster_image import NO_LEADER, ClusterImage, PartitionRegistration
 from kraftlake.metadata.config import setting
 from kraftlake.metadata.progress import spoken_duration
 
@@ -35,24 +35,10 @@ STUCK_MS = "kraftlake.anomaly.reassignment.stuck.ms"
 FLAPPING_UNFENCINGS = "kraftlake.anomaly.broker.flapping.unfencings"
 FLAPPING_WINDOW_MS = "kraftlake.anomaly.broker.flapping.window.ms"
 MIN_ISR = "min.insync.replicas"
-# what a partition's episode says when its topic goes away while it lasts
-_DELETED = Cause(causes.TOPIC_DELETED)
-
-
-class Shape(Protocol):
-    """The parts of a partition's registration the rules read (``PartitionRegistration`` has them)."""
-
-    leader: int
-    isr: Sequence[int]
-    elr: Sequence[int]
-    replicas: Sequence[int]
-    adding_replicas: Sequence[int]
-    removing_replicas: Sequence[int]
-    leader_recovery_state: int
 
 
 class Seen(NamedTuple):
-    """A partition as a run of changes on the columns leaves it (a ``Shape``)."""
+    """A partition as a run of changes on the columns leaves it: the parts of its registration the rules read."""
 
     leader: int
     isr: Sequence[int]
@@ -61,6 +47,10 @@ class Seen(NamedTuple):
     adding_replicas: Sequence[int]
     removing_replicas: Sequence[int]
     leader_recovery_state: int
+
+
+# What the rules read of a partition: its registration, or what a run on the columns left
+Shape = PartitionRegistration | Seen
 
 
 class Place(NamedTuple):
