@@ -65,11 +65,13 @@ def test_the_previous_releases_warehouse_is_read_and_its_controller_goes_on_exac
 
 def written_since(tables: dict[str, list[dict]], last: int) -> dict[str, list[dict]]:
     """A whole replay's tables as a warehouse continued after offset ``last`` holds them: the causes of
-    partition changes and the tables this release added (broker_history, features) only from there on."""
+    partition changes and the tables this release added (broker_history, features, anomalies) only from there
+    on."""
     causes = ("cause_kind", "cause_offset", "cause_broker")
     history = [r if r["applied_offset"] > last else {**r, **dict.fromkeys(causes)} for r in tables["partition_history"]]
     added = {name: [r for r in tables[name] if r["offset"] > last] for name in ("broker_history", "features")}
-    return {**tables, "partition_history": sorted_rows(history), **added}
+    return {**tables, "partition_history": sorted_rows(history), **added,
+            "anomalies": [r for r in tables["anomalies"] if r["start_offset"] > last]}
 
 
 @pytest.mark.parametrize("version,says", [
