@@ -135,6 +135,23 @@ def test_a_broker_flaps_when_unfenced_more_than_n_times_in_the_window_until_a_wi
     assert anomalies(log.events, kraftlake_anomaly_broker_flapping_unfencings="4") == []
 
 
+def test_leader_imbalance_is_judged_over_every_shard_at_the_events_they_all_see():
+    log = Log()
+    epochs = cluster(log, 1, 2, 3)
+    # broker 1 fenced: broker 2 leads t1-0, t1-1 and t2-0, 2 more than the one (t1-1) whose first replica it is
+    *_, fencing = log.batch(moved(T1, 0, leader=2, isr=[2, 3]), moved(T1, 2, isr=[3, 2]),
+                            moved(T2, 0, leader=2, isr=[2]), change(1, epochs[1], fenced=1))
+    log.batch(change(1, epochs[1], fenced=-1), moved(T1, 0, isr=[2, 3, 1]), moved(T2, 0, isr=[2, 1]))
+    log.each(moved(T1, 0, leader=1), moved(T2, 0, leader=1))  # preferred elections
+    balanced = later(log, MINUTE)
+    for shards in (1, 2, 3):
+        assert anomalies(log.events, shards) == [
+            ("leader_imbalance", "broker 2", fencing, balanced, "leader_election", fencing, None)], shards
+    # Kafka's leader.imbalance.per.broker.percentage: 2 more than 1 is 200 %
+    assert anomalies(log.events, leader_imbalance_per_broker_percentage="250") == []
+    assert len(anomalies(log.events, leader_imbalance_per_broker_percentage="150")) == 1
+
+
 def test_deleting_a_topic_ends_its_episodes():
     log = Log()
     cluster(log, 1, 2)
@@ -161,10 +178,13 @@ def planted() -> tuple[list[dict], list[tuple]]:
     expected += [("offline_partition", f"t3-{p}", offline[p], unclean[p]) for p in range(WIDE)]
     expected += [("offline_partition", "t2-0", offline[WIDE], t2_back), ("unclean_election", "t2-0", t2_back, t2_back)]
     [began] = log.each(moved(T1, 0, Replicas=[1, 2, 3, 4], AddingReplicas=[4]))
-    flaps = []
+    flaps, fencings = [], []
     for _ in range(3):
-        log.batch(change(4, epochs[4], fenced=1))
+        fencings += log.batch(change(4, epochs[4], fenced=1))
         flaps += log.batch(change(4, epochs[4], fenced=-1))
+    # broker 2 leads t3's 40 partitions since the unclean elections, and is the first replica of one partition:
+    # judged at the first event every shard sees after them, and never over
+    expected += [("leader_imbalance", "broker 2", fencings[0], None)]
     stuck = later(log, 61 * MINUTE)  # the reassignment is stuck, broker 4 has been quiet for a window
     recovered = log.batch(*(moved(T3, p, LeaderRecoveryState=0, isr=[2, 1]) for p in range(WIDE)))
     expected += [("unclean_election", f"t3-{p}", unclean[p], recovered[p]) for p in range(WIDE)]

@@ -16,6 +16,7 @@ query's; leader imbalance, which spans shards, is not computed yet (docs/anomali
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Mapping, NamedTuple, Sequence
 
@@ -28,8 +29,10 @@ from kraftlake.metadata.progress import spoken_duration
 
 # the cause of an under_min_isr episode that a change of min.insync.replicas opened or closed
 MIN_ISR_CONFIG = "min_insync_replicas_config"
-OFFLINE, UNDER_MIN_ISR, UNCLEAN, ELR, STUCK, FLAPPING = (
-    "offline_partition", "under_min_isr", "unclean_election", "elr_election", "stuck_reassignment", "broker_flapping")
+OFFLINE, UNDER_MIN_ISR, UNCLEAN, ELR, STUCK, FLAPPING, IMBALANCE = (
+    "offline_partition", "under_min_isr", "unclean_election", "elr_election", "stuck_reassignment", "broker_flapping",
+    "leader_imbalance")
+IMBALANCE_PERCENTAGE = "leader.imbalance.per.broker.percentage"  # Kafka's setting
 RECOVERING = 1  # Kafka's LeaderRecoveryState
 STUCK_MS = "kraftlake.anomaly.reassignment.stuck.ms"
 FLAPPING_UNFENCINGS = "kraftlake.anomaly.broker.flapping.unfencings"
@@ -131,6 +134,11 @@ class Anomalies:
     reassigning: dict[str, tuple[int, int, str, Place]] = field(default_factory=dict)
     unfencings: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     rows: list[tuple[int, dict]] = field(default_factory=list)
+    # per broker, of this shard's partitions: how many it leads and how many have it as first replica
+    leaders: Counter = field(default_factory=Counter)
+    preferred: Counter = field(default_factory=Counter)
+    counted: bool = True  # the counts are those last reported (``Leadership``)
+    reported: list[tuple[int, int, dict[int, tuple[int, int]]]] = field(default_factory=list)
     watched: dict[str, int] = field(default_factory=dict)  # topic id -> open episodes and reassignments
     # the reassignments not stuck yet, as (time begun, entity, offset begun): a heap, soonest deadline first
     _due: list[tuple[int, str, int]] = field(default_factory=list)
@@ -140,6 +148,22 @@ class Anomalies:
     def take(self) -> list[tuple[int, dict]]:
         rows, self.rows = self.rows, []
         return rows
+
+    def counts(self) -> dict[int, tuple[int, int]]:
+        """Per broker: (partitions it leads, partitions whose first replica it is), of this shard."""
+        return {b: (self.leaders[b], self.preferred[b]) for b in sorted(self.leaders.keys() | self.preferred.keys())
+                if self.leaders[b] or self.preferred[b]}
+
+    def lead(self, before: Shape | None, after: Shape | None) -> None:
+        """A partition change, as leadership counts."""
+        old = (NO_LEADER, NO_LEADER) if before is None else (before.leader, _first(before.replicas))
+        new = (NO_LEADER, NO_LEADER) if after is None else (after.leader, _first(after.replicas))
+        if old != new:
+            self.leaders[old[0]] -= 1
+            self.leaders[new[0]] += 1
+            self.preferred[old[1]] -= 1
+            self.preferred[new[1]] += 1
+            self.counted = False
 
     def _watch(self, topic_id: str | None, delta: int) -> None:
         if topic_id is None:
@@ -168,7 +192,11 @@ class Anomalies:
 
     def tick(self, offset: int, timestamp: int) -> None:
         """An event every shard sees, at ``offset``: the reassignments that have been in progress for the
-        threshold by its time get stuck, the flapping brokers quiet for a whole window calm down."""
+        threshold by its time get stuck, the flapping brokers quiet for a whole window calm down, and the
+        leadership counts, if they changed, are reported for the leader imbalance (``Leadership``)."""
+        if not self.counted:
+            self.reported.append((offset, timestamp, self.counts()))
+            self.counted = True
         while self._due and self._due[0][0] + self.thresholds.stuck_ms <= timestamp:
             _, entity, start = heapq.heappop(self._due)
             self._stuck(entity, start, offset, timestamp)
@@ -287,7 +315,8 @@ class Anomalies:
     # ---- state store
 
     def to_dict(self) -> dict:
-        return {"open": [[row[k] for k in _KEPT] for row in self.open.values()],
+        return {"leaders": sorted([b, n] for b, n in self.leaders.items() if n),
+                "preferred": sorted([b, n] for b, n in self.preferred.items() if n), "counted": self.counted,"open": [[row[k] for k in _KEPT] for row in self.open.values()],
                 "reassigning": [[e, s, t, ty, list(p)] for e, (s, t, ty, p) in sorted(self.reassigning.items())],
                 "unfencings": [[b, [list(u) for u in us]] for b, us in sorted(self.unfencings.items())]}
 
@@ -307,4 +336,59 @@ class Anomalies:
                 self._due.append((time, entity, start))
         heapq.heapify(self._due)
         self.unfencings = {b: [tuple(u) for u in us] for b, us in (d or {}).get("unfencings", [])}
+        self.leaders = Counter(dict((d or {}).get("leaders", [])))
+        self.preferred = Counter(dict((d or {}).get("preferred", [])))
+        self.counted = (d or {}).get("counted", True)
         return self
+
+
+def _first(replicas: Sequence[int]) -> int:
+    return replicas[0] if replicas else NO_LEADER
+
+
+@dataclass
+class Leadership:
+    """Leader imbalance, which no shard can judge alone: a broker leading more partitions than its preferred
+    share (those whose first replica it is) by over ``leader.imbalance.per.broker.percentage`` of that share
+    (Kafka's setting, which its controller applies to each broker's preferred partitions led by others).
+
+    Each shard reports its counts at the events every shard sees, when they changed since its last report,
+    and at the start of each step (``Anomalies.reported``, ``start``); the sum over the shards at each such
+    event is judged, in offset order. What carries over from one micro-batch to the next is only the
+    episodes still open: the controller's sink reads them from the anomalies table."""
+
+    percentage: float
+    open: dict[int, dict]  # broker -> its open episode's row
+
+    def rows(self, reports: list[tuple[int, int, int, dict[int, tuple[int, int]]]]) -> list[tuple[int, dict]]:
+        """``reports``: (offset, timestamp, shard, counts); a shard's report at the start of a step has the
+        offset of the last event it applied before it (``start``). The rows of the episodes opened or closed."""
+        current: dict[int, dict[int, tuple[int, int]]] = {}
+        out: list[tuple[int, dict]] = []
+        ordered = sorted(reports, key=lambda r: (r[0], r[2]))
+        for i, (offset, timestamp, shard, counts) in enumerate(ordered):
+            current[shard] = counts
+            if i + 1 < len(ordered) and ordered[i + 1][0] == offset:
+                continue  # every shard's report at this event first
+            if timestamp < 0:
+                continue  # a step's start: what was already judged
+            led, preferred = Counter(), Counter()
+            for per_broker in current.values():
+                for broker, (n, p) in per_broker.items():
+                    led[broker] += n
+                    preferred[broker] += p
+            for broker in sorted((led.keys() | preferred.keys() | self.open.keys()) - {NO_LEADER}):
+                over = led[broker] - preferred[broker]
+                entity = f"broker {broker}"
+                if over > 0 and over * 100 > preferred[broker] * self.percentage:
+                    if broker not in self.open:
+                        row = _row(IMBALANCE, entity, offset, timestamp, "leader_election", offset, None,
+                                   f"broker {broker} leads {led[broker]:,} partitions, {over:,} more than the "
+                                   f"{preferred[broker]:,} whose first replica it is", broker=broker)
+                        self.open[broker] = row
+                        out.append((offset, row))
+                elif broker in self.open:
+                    row = self.open.pop(broker)
+                    out.append((offset, _closed(row, offset, timestamp, f"it led {led[broker]:,} of its "
+                                                                        f"{preferred[broker]:,}")))
+        return out

@@ -21,8 +21,8 @@ from typing import Iterable, Iterator, Mapping
 import numpy as np
 import pyarrow as pa
 
-from kraftlake.controller.anomalies import (MIN_ISR, MIN_ISR_CONFIG, RECOVERING, Anomalies, Place, Seen, Thresholds,
-                                           min_insync_replicas)
+from kraftlake.controller.anomalies import (IMBALANCE, IMBALANCE_PERCENTAGE, MIN_ISR, MIN_ISR_CONFIG, RECOVERING,
+                                           Anomalies, Leadership, Place, Seen, Thresholds, min_insync_replicas)
 from kraftlake.controller.cluster_control import ControllerState, decided_cause
 from kraftlake.controller.decisions import Context
 from kraftlake.controller.dispatch import handle_request, merge_responses
@@ -33,6 +33,7 @@ from kraftlake.image.cluster_image import (NO_LEADER, BrokerRegistration, Cluste
 from kraftlake.image.partitions import registration
 from kraftlake.image.partition_store import PartitionStore
 from kraftlake.image.replay import replay
+from kraftlake.metadata.config import setting
 from kraftlake.metadata.errors import error_name
 from kraftlake.metadata.schemas import QUORUM_TRAFFIC, registry
 from kraftlake.metadata.tables import table_arrow_schema, table_keys
@@ -51,6 +52,8 @@ FEATURE_EVENTS = frozenset({"FeatureLevelRecord", "KRaftVersionRecord"}) | MARKE
 # (``image.partition_changes``); shorter ones one by one, where the fixed cost of a column pass would
 # outweigh the records.
 FAST_RUN = 32
+# The shards' leadership counts for the leader imbalance, judged after them (``leader_imbalance``): no table's rows
+LEADER_COUNTS = "leader_counts"
 _FAST = object()  # ``latest_partitions``: the partition's state is in the columns, not an object
 
 
@@ -323,6 +326,7 @@ class _Step:
             topic = self.names.get(current.topic_id, "")
             out.add("partition_history", "append", cause["offset"],
                     history_row(topic, history_event, before, after, why))
+            self.anomalies.lead(before, after)
             cause_type = cause["type"] if decided else history_event["type"] if why.offset is None else \
                 self.cause_types.get(why.offset)
             self.anomalies.partition_change(
@@ -472,6 +476,7 @@ class _Step:
         for offset, name, r in zip(offsets, names, regs):
             latest[(r.topic_id, r.partition_id)] = (offset, name, _FAST)
         for (event, r), name, w in zip(made, names, why):
+            self.anomalies.lead(None, r)
             min_isr = self.min_isr(name)
             if r.leader == NO_LEADER or len(r.isr) < min_isr or r.adding_replicas or r.removing_replicas:
                 self.anomalies.partition_change(Place(event["offset"], event["timestamp"], name, r.topic_id,
@@ -530,6 +535,12 @@ class _Step:
         store, anomalies = self.image.store, self.anomalies
         ints, cols = store.ints.values, store.cols
         (leader_before, leader), (isr_before, isr) = applied.leader, applied.isr
+        moved_leader = leader != leader_before
+        if moved_leader.any():
+            for brokers, sign in ((leader_before[moved_leader], -1), (leader[moved_leader], 1)):
+                found, counts = np.unique(brokers, return_counts=True)
+                anomalies.leaders.update({int(b): sign * int(n) for b, n in zip(found.tolist(), counts.tolist())})
+            anomalies.counted = False
         codes = np.unique(np.concatenate([isr_before, isr]))
         sizes = np.fromiter((len(ints[c]) for c in codes.tolist()), np.int64, len(codes))
         topics = pa.array(names, pa.string()).dictionary_encode()
@@ -623,6 +634,10 @@ class _Step:
                 out.add("brokers", "upsert", event["offset"], broker_row(after, event))
         for offset, row in self.anomalies.take():
             out.add("anomalies", "upsert", offset, row)
+        for offset, timestamp, counts in self.anomalies.reported:
+            out.add(LEADER_COUNTS, "counts", offset, {"shard": shard, "timestamp": timestamp,
+                                                      "counts": [[b, n, p] for b, (n, p) in counts.items()]})
+        self.anomalies.reported = []
         last = self.state.last_offset
         topics_after = _topics_snapshot(image)
         for tid in sorted(topics_before.keys() | topics_after.keys()):
@@ -663,6 +678,8 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
         topics_before = _topics_snapshot(image)
         configs_before = {k: dict(v) for k, v in image.configs.items()} if shard == 0 else {}
         work = _Step(shard, shards, state, config or {})
+        # the leadership counts as the step starts (``anomalies.Leadership``)
+        state.anomalies.reported = [(state.last_offset, -1, state.anomalies.counts())]
         events = sorted((e for e in events if e["offset"] > state.last_offset), key=lambda e: e["offset"])
         if columns and changes is None:
             simple = [e["type"] == "PartitionChangeRecord" and partition_changes.is_simple(e["data"]) for e in events]
@@ -779,14 +796,29 @@ def expand(outputs: Iterable[Output | Block]) -> list[Output]:
     return rows
 
 
-def apply_outputs(tables: dict[str, dict], outputs: Iterable[Output | Block]) -> None:
-    """Fold outputs into in-memory tables (keyed rows for state, lists for appends), in order."""
+def leader_imbalance(outputs: Iterable[Output], open_rows: Iterable[dict], config: Mapping[str, str]) -> list[Output]:
+    """The leader_imbalance episodes a micro-batch opened or closed, as anomalies upserts: judged after the
+    shards, from the leadership counts they reported (``LEADER_COUNTS``), given the episodes open before it."""
+    reports = [(o.offset, o.row["timestamp"], o.row["shard"], {b: (n, p) for b, n, p in o.row["counts"]})
+               for o in outputs if o.table == LEADER_COUNTS]
+    if not any(timestamp >= 0 for _, timestamp, _, _ in reports):
+        return []
+    judge = Leadership(float(setting(config, IMBALANCE_PERCENTAGE)),
+                       {r["broker_id"]: r for r in open_rows if r["kind"] == IMBALANCE and r["end_offset"] is None})
+    return [Output("anomalies", "upsert", offset, -1, row) for offset, row in judge.rows(reports)]
+
+
+def apply_outputs(tables: dict[str, dict], outputs: Iterable[Output | Block], config: Mapping[str, str] | None = None
+                  ) -> None:
+    """Fold outputs into in-memory tables (keyed rows for state, lists for appends), in order; the leader
+    imbalance judged after them, as the controller's sink does."""
     outputs = expand(outputs)
     responses = merged_responses(outputs)
     if responses:
         tables.setdefault("responses", []).extend(responses)
+    outputs += leader_imbalance(outputs, iter_rows(tables.get("anomalies", {})), config or {})
     for o in sorted(outputs, key=lambda o: (o.offset, o.seq)):
-        if o.op == "response":
+        if o.op in ("response", "counts"):
             continue
         if o.op == "append":
             tables.setdefault(o.table, []).append(o.row)
@@ -811,7 +843,7 @@ def replay_log(events: Iterable[dict], shards: int, config: Mapping[str, str] | 
     outputs: list[Output] = []
     for shard in range(shards):
         outputs.extend(step(shard, shards, states[shard], per_shard[shard], config, columns))
-    apply_outputs(tables, outputs)
+    apply_outputs(tables, outputs, config)
     return tables, states
 
 
