@@ -302,3 +302,5 @@ def test_a_state_written_before_anomalies_existed_loads_with_none_open():
     old = json.dumps(soft).encode()
     loaded = ShardState.from_bytes(raw[:8] + len(old).to_bytes(4, "big") + old + raw[12 + size:])
     assert loaded.anomalies.open == {} and loaded.image.to_bytes() == state.image.to_bytes()
+    # the leadership counts are the image's: (partitions led, partitions whose first replica it is) per broker
+    assert loaded.anomalies.counts() == state.anomalies.counts() == {1: (1, 2), 2: (1, 1), 3: (1, 1)}

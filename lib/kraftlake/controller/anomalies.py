@@ -152,17 +152,19 @@ class Anomalies:
     def counts(self) -> dict[int, tuple[int, int]]:
         """Per broker: (partitions it leads, partitions whose first replica it is), of this shard."""
         return {b: (self.leaders[b], self.preferred[b]) for b in sorted(self.leaders.keys() | self.preferred.keys())
-                if self.leaders[b] or self.preferred[b]}
+                if b != NO_LEADER and (self.leaders[b] or self.preferred[b])}
 
     def lead(self, before: Shape | None, after: Shape | None) -> None:
         """A partition change, as leadership counts."""
-        old = (NO_LEADER, NO_LEADER) if before is None else (before.leader, _first(before.replicas))
-        new = (NO_LEADER, NO_LEADER) if after is None else (after.leader, _first(after.replicas))
+        old = None if before is None else (before.leader, _first(before.replicas))
+        new = None if after is None else (after.leader, _first(after.replicas))
         if old != new:
-            self.leaders[old[0]] -= 1
-            self.leaders[new[0]] += 1
-            self.preferred[old[1]] -= 1
-            self.preferred[new[1]] += 1
+            if old is not None:
+                self.leaders[old[0]] -= 1
+                self.preferred[old[1]] -= 1
+            if new is not None:
+                self.leaders[new[0]] += 1
+                self.preferred[new[1]] += 1
             self.counted = False
 
     def _watch(self, topic_id: str | None, delta: int) -> None:

@@ -165,9 +165,14 @@ class ShardState:
         soft = json.loads(raw[12:12 + size])
         marks = {broker: {state: (offset, type_) for state, offset, type_ in m}
                  for broker, m in soft.get("marks", [])}
-        return cls(ClusterImage.from_bytes(raw[12 + size:]), int.from_bytes(raw[:8], "big", signed=True),
-                   ControllerState.from_dict(soft["controller"]), soft["in_term"], marks,
-                   Anomalies.from_dict(soft.get("anomalies")))
+        image = ClusterImage.from_bytes(raw[12 + size:])
+        anomalies = Anomalies.from_dict(soft.get("anomalies"))
+        if "anomalies" not in soft:  # the leadership counts start from the image
+            for p in image.iter_partitions():
+                anomalies.lead(None, p)
+            anomalies.counted = True
+        return cls(image, int.from_bytes(raw[:8], "big", signed=True), ControllerState.from_dict(soft["controller"]),
+                   soft["in_term"], marks, anomalies)
 
 
 def partition_row(topic: str, p: PartitionRegistration) -> dict:
