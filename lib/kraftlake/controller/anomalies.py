@@ -100,7 +100,7 @@ def _row(kind: str, entity: str, offset: int, timestamp: int, cause: str, cause_
          cause_type: str | None, detail: str, place: Place | None = None, broker: int | None = None) -> dict:
     return {"kind": kind, "entity": entity, "broker_id": broker,
             "topic": None if place is None else place.topic, "topic_id": None if place is None else place.topic_id,
-            "partition": None if place is None else place.partition, "replica_id": None,
+            "partition": None if place is None else place.partition,
             "start_offset": offset, "start_time": timestamp, "end_offset": None, "end_time": None,
             "cause": cause, "cause_offset": cause_offset, "cause_type": cause_type, "detail": detail}
 
@@ -108,7 +108,7 @@ def _row(kind: str, entity: str, offset: int, timestamp: int, cause: str, cause_
 # An open episode's row in the state store: the values of these columns (the others are null while it lasts).
 _KEPT = ("kind", "entity", "broker_id", "topic", "topic_id", "partition", "start_offset", "start_time", "cause",
          "cause_offset", "cause_type", "detail")
-_OPEN = {"replica_id": None, "end_offset": None, "end_time": None}
+_OPEN = {"end_offset": None, "end_time": None}
 
 
 def _closed(row: dict, offset: int, timestamp: int, why: str) -> dict:
