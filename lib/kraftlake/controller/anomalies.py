@@ -9,8 +9,8 @@ one micro-batch or in thousands.
 A shard sees its own topics' records and every other event (``shards.routes``). So that the episodes do not
 depend on how many shards there are either, a threshold in time is checked at the next event that every
 shard sees (a broker record or request, a config, a topic; not another topic's partition records) or at a
-change of the entity itself (``tick``, ``partition_change``). The quorum's anomalies are the quorum
-query's; leader imbalance, which spans shards, is not computed yet (docs/anomalies.md).
+change of the entity itself (``tick``, ``partition_change``). A leader imbalance spans the shards: they
+report their counts, and it is judged after them (``Leadership``).
 """
 
 from __future__ import annotations
