@@ -299,6 +299,8 @@ def _check_against_sql(warehouse: Warehouse, tl: Timeline, min_isr: int) -> None
             assert rows, moment  # the change that ended it
         elif moment.what.startswith("quorum"):
             assert [r["offset"] for r in rows] == [moment.offset]
+        elif moment.sql.startswith("SELECT * FROM anomalies"):  # its episode's row
+            assert [r["start_offset"] for r in rows] == [moment.offset], moment
 
 
 def test_the_real_shutdown_log_agrees_with_the_oracle_and_sql(shutdown_warehouse, fixtures_dir):

@@ -6,8 +6,8 @@ controlled shutdown, fenced, unregistered) from the broker records of ``metadata
 reassigned, from ``partition_history``; leaderships and ISR membership gained and lost per broker; the
 metadata quorum's leader and epoch (LeaderChangeMessage records, and the partition directory's
 ``quorum-state`` file when the log ends without its leader); and the notable moments, each with its log
-offset and the SQL that shows it (unclean and ELR elections, stuck reassignments and flapping brokers are
-the ``anomalies`` table's episodes).
+offset and the SQL that shows it (unclean and ELR elections, stuck reassignments, flapping brokers and
+leader imbalances are the ``anomalies`` table's episodes).
 
 A KRaft log is mostly quiet (a NoOpRecord every half second) around incidents of a few hundred
 milliseconds, so the time axis (``time_axis``) draws the time between two changes by the logarithm of its
@@ -52,7 +52,7 @@ OFFLINE, UNDER_MIN_ISR, REASSIGNING = "offline", "under min.insync.replicas", "r
 CONTROLLER_TABLES = ("partition_history", "controller_log")
 # Anomaly episodes the moments list one by one, from the anomalies table (offline partitions and those under
 # min.insync.replicas are counted instead, as levels over partition_history: an outage is many episodes).
-EPISODE_KINDS = ("unclean_election", "elr_election", "stuck_reassignment", "broker_flapping")
+EPISODE_KINDS = ("unclean_election", "elr_election", "stuck_reassignment", "broker_flapping", "leader_imbalance")
 # Event times a date can hold (years 1 to 9999, as Python's datetime): the page writes every time as one,
 # the window's end + 1 ms included.
 MIN_MS, MAX_MS = -62_135_596_800_000, 253_402_300_799_998
@@ -520,7 +520,8 @@ def _episodes(tl: Timeline, tables: DeltaRsTables, topics: list[str] | None) -> 
     ``topics`` only; a broker's always), with its row's one line."""
     if not tables.exists("anomalies"):
         tl.notices.append("no anomalies table (a controller of an earlier release): unclean and ELR elections, stuck "
-                          "reassignments and flapping brokers are not listed; rebuild with the controller's --reset")
+                          "reassignments, flapping brokers and leader imbalances are not listed; rebuild with the "
+                          "controller's --reset")
         return
     rows = tables.read_arrow("anomalies", columns=["kind", "entity", "topic", "start_offset", "start_time", "detail"],
                              filter=pc.field("kind").isin(EPISODE_KINDS))
