@@ -523,8 +523,9 @@ def _episodes(tl: Timeline, tables: DeltaRsTables, topics: list[str] | None) -> 
                           "reassignments, flapping brokers and leader imbalances are not listed; rebuild with the "
                           "controller's --reset")
         return
-    rows = tables.read_arrow("anomalies", columns=["kind", "entity", "topic", "start_offset", "start_time", "detail"],
-                             filter=pc.field("kind").isin(EPISODE_KINDS))
+    rows = tables.read_arrow("anomalies", columns=["kind", "entity", "topic", "start_offset", "start_time", "detail"])
+    # kind compared after the read: a filter on it meets string_view statistics that pyarrow cannot compare
+    rows = rows.filter(pc.is_in(rows.column("kind").cast(pa.string()), pa.array(EPISODE_KINDS)))
     starts = as_millis(rows["start_time"])
     for row, ms in zip(rows.drop_columns(["start_time"]).to_pylist(), starts.tolist()):
         if tl.start_ms <= ms <= tl.end_ms and (topics is None or row["topic"] is None or row["topic"] in topics):
