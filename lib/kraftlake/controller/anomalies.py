@@ -156,15 +156,16 @@ class Anomalies:
 
     def lead(self, before: Shape | None, after: Shape | None) -> None:
         """A partition change, as leadership counts."""
-        old = None if before is None else (before.leader, _first(before.replicas))
-        new = None if after is None else (after.leader, _first(after.replicas))
-        if old != new:
+        old = None if before is None else (before.leader, before.replicas[0] if before.replicas else NO_LEADER)
+        new = None if after is None else (after.leader, after.replicas[0] if after.replicas else NO_LEADER)
+        if old != new:  # (get, not the Counter's own lookup: a change of every partition comes through here)
+            leaders, preferred = self.leaders, self.preferred
             if old is not None:
-                self.leaders[old[0]] -= 1
-                self.preferred[old[1]] -= 1
+                leaders[old[0]] = leaders.get(old[0], 0) - 1
+                preferred[old[1]] = preferred.get(old[1], 0) - 1
             if new is not None:
-                self.leaders[new[0]] += 1
-                self.preferred[new[1]] += 1
+                leaders[new[0]] = leaders.get(new[0], 0) + 1
+                preferred[new[1]] = preferred.get(new[1], 0) + 1
             self.counted = False
 
     def _watch(self, topic_id: str | None, delta: int) -> None:
@@ -342,10 +343,6 @@ class Anomalies:
         self.preferred = Counter(dict((d or {}).get("preferred", [])))
         self.counted = (d or {}).get("counted", True)
         return self
-
-
-def _first(replicas: Sequence[int]) -> int:
-    return replicas[0] if replicas else NO_LEADER
 
 
 @dataclass
