@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from kraftlake.image.cluster_image import DIR_LOST, DIR_MIGRATING, DIR_UNASSIGNED
+from kraftlake.image.cluster_image import CONFIG_RESOURCE_TYPES, DIRECTORY_IDS, LEADER_RECOVERY_STATES
 from kraftlake.metadata.schemas import registry
 from kraftlake.metadata.tables import table_arrow_schema
 from kraftlake.storage import Warehouse
@@ -92,9 +92,7 @@ ORDER BY a.epoch
 # Kafka's codes by name. The tables keep what Kafka's records hold (a ConfigRecord's ResourceType, a
 # LeaderRecoveryState, directory Uuids), so they read like the log and join with it; beside each, a view
 # ``<table>_decoded`` shows the same rows with those codes as Kafka names them.
-CONFIG_RESOURCE_TYPES = {2: "TOPIC", 4: "BROKER", 8: "BROKER_LOGGER", 16: "CLIENT_METRICS", 32: "GROUP"}  # else UNKNOWN
-LEADER_RECOVERY_STATES = {0: "RECOVERED", 1: "RECOVERING"}
-DIRECTORY_IDS = {DIR_MIGRATING: "MIGRATING", DIR_UNASSIGNED: "UNASSIGNED", DIR_LOST: "LOST"}  # else the id itself
+# (the names: kraftlake.image.cluster_image, which the metadata shell prints them with too)
 
 
 def _named(expression: str, names: Mapping[object, str], otherwise: str) -> str:
