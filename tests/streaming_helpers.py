@@ -33,7 +33,8 @@ from kraftlake.storage.tables import rows_to_events
 
 START_MS = 1_763_580_000_000
 BROKER_IDS = (1, 2, 3, 4)
-TABLES = ("brokers", "topics", "configs", "partitions", "partition_history", "broker_history", "features", "rejected")
+TABLES = ("brokers", "topics", "configs", "partitions", "partition_history", "broker_history", "features", "anomalies",
+          "rejected")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_BROKER, CONFIG_TOPIC = 4, 2  # ConfigResource.Type
 

@@ -58,6 +58,9 @@ def test_a_real_shutdown_in_micro_batches_that_would_split_its_batch(spark: Spar
     assert [tuple(r) for r in spark.sql("SELECT state FROM brokers_decoded").collect()] == [("fenced",)]
     assert [tuple(r) for r in spark.sql("SELECT DISTINCT leader_recovery_state FROM partitions_decoded").collect()] == [
         ("RECOVERED",)]
+    offline = spark.sql("SELECT count(*), min(start_offset), max(start_offset), min(cause_offset) FROM anomalies "
+                        "WHERE kind = 'offline_partition' AND end_offset IS NULL")
+    assert [tuple(r) for r in offline.collect()] == [(54, 4872, 4925, 4871)]
     # the bootstrap records set metadata.version 19 (offset 2); the log holds no other feature level
     assert [tuple(r) for r in spark.sql("SELECT * FROM cluster").collect()] == [
         ("5L6g3nShT-eMCtK--X86sw", "meta.properties", 19, {"metadata.version": 19})]

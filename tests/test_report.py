@@ -299,6 +299,8 @@ def _check_against_sql(warehouse: Warehouse, tl: Timeline, min_isr: int) -> None
             assert rows, moment  # the change that ended it
         elif moment.what.startswith("quorum"):
             assert [r["offset"] for r in rows] == [moment.offset]
+        elif moment.sql.startswith("SELECT * FROM anomalies"):  # its episode's row
+            assert [r["start_offset"] for r in rows] == [moment.offset], moment
 
 
 def test_the_real_shutdown_log_agrees_with_the_oracle_and_sql(shutdown_warehouse, fixtures_dir):
@@ -508,6 +510,17 @@ def _add_hostile_topics(tables: DeltaRsTables, names: list[str], at_ms: int) -> 
     tables.append("configs", pa.Table.from_pylist([{"resource_type": 2, "resource_name": n,
                                                    "name": "min.insync.replicas", "value": "2"} for n in names],
                                                   configs), configs)
+    _add_episodes(tables, [("unclean_election", f"{n}-0", n, 3200 + i, at_ms + 200) for i, n in enumerate(names)])
+
+
+def _add_episodes(tables: DeltaRsTables, episodes: list[tuple[str, str, str | None, int, int]]) -> None:
+    """anomalies rows (kind, entity, topic, start offset, start time), as the controller writes them."""
+    schema = table_arrow_schema("anomalies")
+    tables.append("anomalies", pa.Table.from_pylist([
+        {"kind": kind, "entity": entity, "topic": topic, "partition": None if topic is None else 0,
+         "broker_id": None if topic is not None else 2, "start_offset": offset, "start_time": _at(ms),
+         "cause": "leader_election", "cause_offset": offset, "detail": f"{entity} at {offset}"}
+        for kind, entity, topic, offset, ms in episodes], schema), schema)
 
 
 class _Commands(HTMLParser):
@@ -572,6 +585,24 @@ def test_hostile_names_in_the_tables_never_run_when_the_page_is_pasted_into_bash
         assert all(topics <= set(names) | {r["topic"] for r in _sql(hostile, "SELECT name AS topic FROM topics")}
                    for topics in listed)
     assert not list(tmp_path.glob("probe*"))
+
+
+def test_unclean_elections_and_other_episodes_are_moments_from_the_anomalies_table(shutdown_warehouse, tmp_path):
+    tables = _copy(shutdown_warehouse, tmp_path / "w")
+    whole = build(tables)
+    at = whole.start_ms + 1000
+    _add_episodes(tables, [("unclean_election", "orders-0", "orders", 100, at),
+                           ("broker_flapping", "broker 2", None, 101, at),
+                           ("offline_partition", "orders-1", "orders", 102, at),  # counted, not listed
+                           ("stuck_reassignment", "late-0", "late", 103, whole.end_ms + 1)])  # after the window
+    listed = [(m.offset, m.what) for m in build(tables, end_ms=whole.end_ms).moments if m.offset in (100, 101, 102, 103)]
+    assert listed == [(100, "unclean election: orders-0 at 100"), (101, "broker flapping: broker 2 at 101")]
+    # a topic chosen: its episodes and every broker's
+    assert [m.offset for m in build(tables, topics=["TestTopicPatient"]).moments if m.offset in (100, 101)] == [101]
+    moment = next(m for m in build(tables).moments if m.offset == 100)
+    assert [(r["kind"], r["entity"]) for r in _sql(Warehouse(str(tmp_path / "w"), engine="delta-rs",
+                                                             spark=shutdown_warehouse.spark), moment.sql)] == [
+        ("unclean_election", "orders-0")]
 
 
 def test_values_the_report_cannot_use_are_one_notice_each_not_a_failure(shutdown_warehouse, tmp_path, capsys):

@@ -57,19 +57,30 @@ def test_the_previous_releases_warehouse_is_read_and_its_controller_goes_on_exac
     run_controller(warehouse, checkpoint, SHARDS, None)
     assert len(list((checkpoint / "commits").iterdir())) > before, "the old checkpoint was not continued"
     events = logged_events(warehouse)
-    assert_same_tables(warehouse_tables(warehouse), written_since(reference_tables(events, SHARDS), last),
-                       "c283518's warehouse continued by this release vs one replay of its whole log")
+    reference, actual = reference_tables(events, SHARDS), warehouse_tables(warehouse)
+    # an episode under way when this release took over opens again where this release first sees it (a
+    # partition's at its next change, a leader imbalance at the first judgement), if it still holds then
+    under_way = {(r["kind"], r["entity"]) for r in reference["anomalies"]
+                 if r["start_offset"] <= last and (r["end_offset"] is None or r["end_offset"] > last)}
+    again = [r for r in actual["anomalies"] if (r["kind"], r["entity"]) in under_way]
+    assert ("leader_imbalance", "broker 1") in under_way and all(r["start_offset"] > last for r in again)
+    actual["anomalies"] = [r for r in actual["anomalies"] if r not in again]
+    expected = written_since(reference, last)
+    expected["anomalies"] = [r for r in expected["anomalies"] if (r["kind"], r["entity"]) not in under_way]
+    assert_same_tables(actual, expected, "c283518's warehouse continued by this release vs one replay of its whole log")
     assert any(r["name"] == "after-upgrade" for r in warehouse.read_arrow("topics").to_pylist())
     assert DeltaRsTables(str(root)).format_versions()["metadata_log"] == "1"  # read and written as it is
 
 
 def written_since(tables: dict[str, list[dict]], last: int) -> dict[str, list[dict]]:
     """A whole replay's tables as a warehouse continued after offset ``last`` holds them: the causes of
-    partition changes and the tables this release added (broker_history, features) only from there on."""
+    partition changes and the tables this release added (broker_history, features, anomalies) only from there
+    on."""
     causes = ("cause_kind", "cause_offset", "cause_broker")
     history = [r if r["applied_offset"] > last else {**r, **dict.fromkeys(causes)} for r in tables["partition_history"]]
     added = {name: [r for r in tables[name] if r["offset"] > last] for name in ("broker_history", "features")}
-    return {**tables, "partition_history": sorted_rows(history), **added}
+    return {**tables, "partition_history": sorted_rows(history), **added,
+            "anomalies": [r for r in tables["anomalies"] if r["start_offset"] > last]}
 
 
 @pytest.mark.parametrize("version,says", [

@@ -7,7 +7,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from kraftlake.cli.launcher import UserError, error_line, is_storage_error
-from kraftlake.metadata.config import DECODE_LIMITS, STORAGE_PREFIX, Config
+from kraftlake.metadata.config import ANOMALY_THRESHOLDS, DECODE_LIMITS, STORAGE_PREFIX, Config
 from kraftlake.metadata.progress import Meter, wanted
 from kraftlake.spark.session import get_spark
 from kraftlake.storage import Warehouse
@@ -109,10 +109,10 @@ def kafka_configs(config: Config) -> dict[str, str]:
 
 
 def replay_configs(config: Config) -> dict[str, str]:
-    """What a replay on Spark's executors reads of ``config``: the Kafka settings, and the decode limits
+    """What a replay on Spark's executors reads of ``config``: the Kafka settings, the decode limits
     (``kraftlake.decode.*``) within which the quorum's replicas decode the record batches a FetchResponse
-    event carries (the controller's shards decode nothing)."""
-    return {**kafka_configs(config), **{k: config[k] for k in DECODE_LIMITS if k in config}}
+    event carries (the controller's shards decode nothing), and the anomaly rules' thresholds."""
+    return {**kafka_configs(config), **{k: config[k] for k in (*DECODE_LIMITS, *ANOMALY_THRESHOLDS) if k in config}}
 
 
 def meter(config: Config, label: str, unit: str = "records", total: int | None = None) -> Meter:

@@ -84,19 +84,21 @@ def default_dir(image: ClusterImage, broker_id: int) -> str:
 
 def topic_config(image: ClusterImage, topic_name: str, key: str, config: Mapping[str, str]) -> str:
     """A topic config's effective value, looked up as Kafka's controller does
-    (``ConfigurationControlManager.getTopicConfig``): the topic's own config, then the active
-    controller node's dynamic broker config, then the cluster-wide dynamic default
-    (``--entity-default``), then the static config. The active controller is the quorum's leader as
-    the log last named it (LeaderChangeMessage)."""
+    (``ConfigurationControlManager.getTopicConfig``): the first of ``topic_config_values``."""
+    return topic_config_values(image, topic_name, key, config)[0]
+
+
+def topic_config_values(image: ClusterImage, topic_name: str, key: str, config: Mapping[str, str]) -> list[str]:
+    """Every value a topic config has, in Kafka's lookup order: the topic's own config, then the active
+    controller node's dynamic broker config, then the cluster-wide dynamic default (``--entity-default``),
+    then the static config (always there). The active controller is the quorum's leader as the log last
+    named it (LeaderChangeMessage). A reader that must skip a value it cannot use takes the next."""
     scopes = [(CONFIG_TOPIC, topic_name)]
     if image.quorum.leader_id >= 0:
         scopes.append((CONFIG_BROKER, str(image.quorum.leader_id)))
     scopes.append((CONFIG_BROKER, ""))
-    for scope in scopes:
-        value = image.configs.get(scope, {}).get(key)
-        if value is not None:
-            return value
-    return setting(config, key)
+    values = [image.configs.get(scope, {}).get(key) for scope in scopes]
+    return [v for v in values if v is not None] + [setting(config, key)]
 
 
 ELR_FEATURE = "eligible.leader.replicas.version"

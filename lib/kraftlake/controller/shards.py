@@ -23,6 +23,8 @@ from typing import Iterable, Iterator, Mapping
 import numpy as np
 import pyarrow as pa
 
+from kraftlake.controller.anomalies import (IMBALANCE, IMBALANCE_PERCENTAGE, MIN_ISR, MIN_ISR_CONFIG, RECOVERING,
+                                           Anomalies, Leadership, Place, Seen, Thresholds, min_insync_replicas)
 from kraftlake.controller.cluster_control import (ControllerState, decided_cause, quiet_until, session_timeout_ms,
                                                   shutting_down, steady_heartbeat)
 from kraftlake.controller.decisions import Context, response
@@ -30,7 +32,8 @@ from kraftlake.controller.dispatch import BROKER_REQUESTS, handle_request, merge
 from kraftlake.controller.replication import altered_elsewhere
 from kraftlake.image import causes, features, partition_changes
 from kraftlake.image.causes import Batch, Cause, Marks
-from kraftlake.image.cluster_image import BrokerRegistration, ClusterImage, PartitionRegistration, normalize_uuid
+from kraftlake.image.cluster_image import (NO_LEADER, BrokerRegistration, ClusterImage, PartitionRegistration,
+                                           normalize_uuid)
 from kraftlake.image.partitions import registration
 from kraftlake.image.partition_store import PartitionStore
 from kraftlake.image.replay import replay
@@ -53,6 +56,8 @@ FEATURE_EVENTS = frozenset({"FeatureLevelRecord", "KRaftVersionRecord"}) | MARKE
 # (``image.partition_changes``); shorter ones one by one, where the fixed cost of a column pass would
 # outweigh the records.
 FAST_RUN = 32
+# The shards' leadership counts for the leader imbalance, judged after them (``leader_imbalance``): no table's rows
+LEADER_COUNTS = "leader_counts"
 _FAST = object()  # ``latest_partitions``: the partition's state is in the columns, not an object
 _OFFSET = operator.itemgetter("offset")
 
@@ -136,7 +141,8 @@ class ShardState:
     ``in_term`` is false while the shard replays records another controller wrote; the first request
     after them starts a term of its own (``cluster_control.take_over``), as a failover does in Kafka.
     ``marks`` (shard 0's, which writes broker_history) say where each broker's registration and
-    controlled shutdown began, for the causes that name them (``causes.Marks``).
+    controlled shutdown began, for the causes that name them (``causes.Marks``). ``anomalies``: the
+    shard's open anomaly episodes and what its thresholds wait for.
     """
 
     image: ClusterImage
@@ -144,26 +150,34 @@ class ShardState:
     controller: ControllerState = field(default_factory=ControllerState)
     in_term: bool = False
     marks: dict[int, Marks] = field(default_factory=dict)
+    anomalies: Anomalies = field(default_factory=Anomalies)
 
     def to_bytes(self) -> bytes:
         marks = [[broker, sorted([state, *mark] for state, mark in m.items())]
                  for broker, m in sorted(self.marks.items())]
-        soft = json.dumps({"controller": self.controller.to_dict(), "in_term": self.in_term, "marks": marks},
-                          separators=(",", ":")).encode()
+        soft = json.dumps({"controller": self.controller.to_dict(), "in_term": self.in_term, "marks": marks,
+                           "anomalies": self.anomalies.to_dict()}, separators=(",", ":")).encode()
         return (self.last_offset.to_bytes(8, "big", signed=True) + len(soft).to_bytes(4, "big") + soft
                 + self.image.to_bytes())
 
     @classmethod
     def from_bytes(cls, raw: bytes | None) -> "ShardState":
-        """Also an earlier release's state, which has no marks: causes then name no earlier event."""
+        """Also an earlier release's state, which has no marks (causes then name no earlier event) and no
+        anomalies (none is open)."""
         if not raw:
             return cls(ClusterImage())
         size = int.from_bytes(raw[8:12], "big")
         soft = json.loads(raw[12:12 + size])
         marks = {broker: {state: (offset, type_) for state, offset, type_ in m}
                  for broker, m in soft.get("marks", [])}
-        return cls(ClusterImage.from_bytes(raw[12 + size:]), int.from_bytes(raw[:8], "big", signed=True),
-                   ControllerState.from_dict(soft["controller"]), soft["in_term"], marks)
+        image = ClusterImage.from_bytes(raw[12 + size:])
+        anomalies = Anomalies.from_dict(soft.get("anomalies"))
+        if "anomalies" not in soft:  # the leadership counts start from the image
+            for p in image.iter_partitions():
+                anomalies.lead(None, p)
+            anomalies.counted = True
+        return cls(image, int.from_bytes(raw[:8], "big", signed=True), ControllerState.from_dict(soft["controller"]),
+                   soft["in_term"], marks, anomalies)
 
 
 def partition_row(topic: str, p: PartitionRegistration) -> dict:
@@ -268,12 +282,19 @@ class _Step:
         # controlled shutdown (``shutting_down``); None: not known since brokers or sessions last changed
         self.quiet: int | None = None
         self.leaving: frozenset[int] | None = None
+        self.anomalies = state.anomalies
+        self.anomalies.thresholds = Thresholds.of(config)
+        self.cause_types: dict[int, str] = {}  # the type of each event of the step that may cause changes
+        # min.insync.replicas by topic name, until an event that may change one (``min_isr``)
+        self.min_isrs: dict[str, int] = {}
 
     def owns(self, topic_id: str) -> bool:
         return shard_of_topic(topic_id, self.shards) == self.shard
 
     def event(self, event: dict) -> None:
         kind = event["type"]
+        if kind not in TOPIC_SCOPED:  # every shard sees it: thresholds in time are checked at it
+            self.anomalies.tick(event["offset"], event["timestamp"])
         if self.fast and (kind == "BrokerHeartbeatRequest" and self.steady(event)
                           or kind == "AlterPartitionRequest" and self.elsewhere(event)):
             return
@@ -299,6 +320,8 @@ class _Step:
         if self.shard == 0 and kind in FEATURE_EVENTS:
             settings = features.Settings(image, kind == "SnapshotFooterRecord")
         result = replay(image, event)
+        if kind not in TOPIC_SCOPED:
+            self.min_isrs.clear()  # a config, the active controller (LeaderChangeMessage), a snapshot, ...
         if result.rejected is not None and reporter:
             out.add("rejected", "append", cause["offset"], rejected_row(event, result.rejected))
         for offset, type_, reason in result.deferred_rejections:
@@ -324,7 +347,16 @@ class _Step:
             topic = self.names.get(current.topic_id, "")
             out.add("partition_history", "append", cause["offset"],
                     history_row(topic, history_event, before, after, why))
+            self.anomalies.lead(before, after)
+            cause_type = cause["type"] if decided else history_event["type"] if why.offset is None else \
+                self.cause_types.get(why.offset)
+            self.anomalies.partition_change(
+                Place(cause["offset"], event["timestamp"], topic, current.topic_id, current.partition_id), before,
+                after, why, cause_type, self.min_isr(topic))
             self.latest_partitions[(current.topic_id, current.partition_id)] = (cause["offset"], topic, after)
+        if result.rejected is None and any(e["type"] == "ConfigRecord" and e["data"]["Name"] == MIN_ISR
+                                           for e in (held if kind in MARKERS else [event])):
+            self.min_isr_changed(event, cause)
         if self.shard == 0:
             for before, after in result.broker_changes:
                 self.latest_brokers[(after or before).id] = (event, after)
@@ -332,6 +364,23 @@ class _Step:
             if kind in FEATURE_EVENTS and result.rejected is None and not result.deferred:
                 for row in settings.rows(event, held if kind in MARKERS else [event]):
                     out.add("features", "append", cause["offset"], row)
+
+    def min_isr(self, topic: str) -> int:
+        value = self.min_isrs.get(topic)
+        if value is None:
+            value = self.min_isrs[topic] = min_insync_replicas(self.image, topic, self.config)
+        return value
+
+    def min_isr_changed(self, event: dict, cause: dict) -> None:
+        """A ``min.insync.replicas`` changed (a topic's, a broker's, the cluster's): every partition of this
+        shard's topics is measured against the value now in force (a rare event, so the whole image is walked)."""
+        for topic_id, t in self.image.topics.items():
+            if not self.owns(topic_id):
+                continue
+            min_isr = self.min_isr(t.name)
+            for p in t.partitions.values():
+                self.anomalies.measure(Place(cause["offset"], event["timestamp"], t.name, topic_id, p.partition_id),
+                                       p.isr, min_isr, MIN_ISR_CONFIG, cause["offset"], cause["type"])
 
     def broker_history(self, event: dict, cause: dict, before: BrokerRegistration | None,
                        after: BrokerRegistration | None) -> None:
@@ -348,13 +397,15 @@ class _Step:
             if cause is not event:  # this controller's decision: it knows why, and the request is the cause
                 reason = decided_cause(state, reason, cause, self.before_decision)
                 named = (cause["offset"], cause["type"])
-            self.out.add("broker_history", "append", event["offset"], {
+            row = {
                 "offset": event["offset"], "timestamp": event["timestamp"], "broker_id": broker.id,
                 "epoch": broker.epoch, "incarnation_id": broker.incarnation_id, "state": state, "cause": reason,
                 "cause_offset": None if named is None else named[0],
                 "cause_type": None if named is None else named[1],
                 "record": kind, "fenced": None if after is None else after.fenced,
-                "in_controlled_shutdown": None if after is None else after.in_controlled_shutdown})
+                "in_controlled_shutdown": None if after is None else after.in_controlled_shutdown}
+            self.out.add("broker_history", "append", event["offset"], row)
+            self.anomalies.broker_state(row)
             if kind == "SnapshotFooterRecord" and state == causes.REGISTERED:
                 marks = {}  # where its registration was, a snapshot does not say
             else:
@@ -445,9 +496,17 @@ class _Step:
         latest = self.latest_partitions
         for offset, name, r in zip(offsets, names, regs):
             latest[(r.topic_id, r.partition_id)] = (offset, name, _FAST)
+        for (event, r), name, w in zip(made, names, why):
+            self.anomalies.lead(None, r)
+            min_isr = self.min_isr(name)
+            if r.leader == NO_LEADER or len(r.isr) < min_isr or r.adding_replicas or r.removing_replicas:
+                self.anomalies.partition_change(Place(event["offset"], event["timestamp"], name, r.topic_id,
+                                                      r.partition_id), None, r, w,
+                                                "PartitionRecord" if w.offset is None else "TopicRecord", min_isr)
 
     def _on_columns(self, changes: partition_changes.Changes, rows: np.ndarray) -> None:
         applied = partition_changes.apply(self.image, changes, rows)
+        kinds, cause_offsets, brokers = self._column_causes(changes, applied)
         store, n = self.image.store, len(changes)
         names = [self.names.get(t, "") for t in changes.topic_ids]
         cols = store.cols
@@ -467,25 +526,69 @@ class _Step:
                 "adding_replicas": _lists(ints, cols["adding_replicas"][rows], pa.int32()),
                 "removing_replicas": _lists(ints, cols["removing_replicas"][rows], pa.int32()),
                 "elr": _lists(ints, cols["elr"][rows], pa.int32()), "leader_recovery_state": applied.recovery,
-                **self._column_causes(changes, applied)})))
+                "cause_kind": pa.DictionaryArray.from_arrays(pa.array(kinds, pa.int8()), pa.array(causes.COLUMN_KINDS)),
+                "cause_offset": pa.array(cause_offsets, pa.int64(), mask=cause_offsets < 0),
+                "cause_broker": pa.array(brokers, pa.int32(), mask=brokers < 0)})))
         latest = self.latest_partitions
         for topic_id, partition, offset, name in zip(changes.topic_ids, changes.partitions.tolist(),
                                                      offsets.tolist(), names):
             latest[(topic_id, partition)] = (offset, name, _FAST)
+        self._column_anomalies(changes, applied, rows, names, kinds, cause_offsets)
 
-    def _column_causes(self, changes: partition_changes.Changes, applied: partition_changes.Applied) -> dict:
-        """``causes.change_causes`` of a run on the columns, as partition_history's cause columns."""
+    def _column_causes(self, changes: partition_changes.Changes, applied: partition_changes.Applied
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``causes.change_causes`` of a run on the columns: kinds as codes into ``causes.COLUMN_KINDS``,
+        cause offsets and brokers (-1: none)."""
         n = len(changes)
         groups, batches = np.full(n, -1, np.int64), list(self.batches.values())
         if batches:  # only batches with causes are kept: a step without broker records has none
             index = {key: i for i, key in enumerate(self.batches)}
             groups = np.fromiter((index.get(key, -1) for key in zip(changes.sources, changes.positions)), np.int64, n)
-        kinds, offsets, brokers = causes.change_causes(changes.offsets, groups, batches, applied.leader, applied.isr,
-                                                       self.image.store.ints.values)
-        names = pa.array(causes.COLUMN_KINDS)
-        return {"cause_kind": pa.DictionaryArray.from_arrays(pa.array(kinds, pa.int8()), names),
-                "cause_offset": pa.array(offsets, pa.int64(), mask=offsets < 0),
-                "cause_broker": pa.array(brokers, pa.int32(), mask=brokers < 0)}
+        return causes.change_causes(changes.offsets, groups, batches, applied.leader, applied.isr,
+                                    self.image.store.ints.values)
+
+    def _column_anomalies(self, changes: partition_changes.Changes, applied: partition_changes.Applied,
+                          rows: np.ndarray, names: list[str], kinds: np.ndarray, cause_offsets: np.ndarray) -> None:
+        """The anomaly rules for a run on the columns: column-wise, the changes that may open or close an
+        episode (a partition without a leader before or after, an ISR below min.insync.replicas before or
+        after, a leader recovering or elected from outside the ISR, a topic with an episode open or a
+        reassignment in progress); those one by one, as the row-wise path does every change."""
+        store, anomalies = self.image.store, self.anomalies
+        ints, cols = store.ints.values, store.cols
+        (leader_before, leader), (isr_before, isr) = applied.leader, applied.isr
+        moved_leader = leader != leader_before
+        if moved_leader.any():
+            for brokers, sign in ((leader_before[moved_leader], -1), (leader[moved_leader], 1)):
+                found, counts = np.unique(brokers, return_counts=True)
+                anomalies.leaders.update({int(b): sign * int(n) for b, n in zip(found.tolist(), counts.tolist())})
+            anomalies.counted = False
+        codes = np.unique(np.concatenate([isr_before, isr]))
+        sizes = np.fromiter((len(ints[c]) for c in codes.tolist()), np.int64, len(codes))
+        topics = pa.array(names, pa.string()).dictionary_encode()
+        mins = np.array([self.min_isr(t) for t in topics.dictionary.to_pylist()], np.int64)[topics.indices.to_numpy()]
+        seen = ((leader == NO_LEADER) | (leader_before == NO_LEADER) | (applied.recovery == RECOVERING)
+                | (sizes[np.searchsorted(codes, isr)] < mins) | (sizes[np.searchsorted(codes, isr_before)] < mins))
+        if anomalies.watched:
+            ids = pa.array(changes.topic_ids, pa.string()).dictionary_encode()
+            watched = np.array([t in anomalies.watched for t in ids.dictionary.to_pylist()], bool)
+            seen |= watched[ids.indices.to_numpy()]
+        moved = np.flatnonzero((leader != leader_before) & (leader != NO_LEADER) & ~seen)
+        if len(moved):  # elected from outside the ISR: decided once per (ISR, leader) pair
+            pairs = (isr_before[moved].astype(np.int64) << 32) | leader[moved].astype(np.int64)
+            unique = np.unique(pairs)
+            outside = np.fromiter(((p & 0xFFFFFFFF) not in ints[p >> 32] for p in unique.tolist()), bool, len(unique))
+            seen[moved[outside[np.searchsorted(unique, pairs)]]] = True
+        for i in np.flatnonzero(seen).tolist():
+            row, kind, cause_offset = int(rows[i]), causes.COLUMN_KINDS[kinds[i]], int(cause_offsets[i])
+            elr, replicas = ints[cols["elr"][row]], ints[cols["replicas"][row]]
+            adding, removing = ints[cols["adding_replicas"][row]], ints[cols["removing_replicas"][row]]
+            before = Seen(int(leader_before[i]), ints[isr_before[i]], elr, replicas, adding, removing, -1)
+            after = Seen(int(leader[i]), ints[isr[i]], elr, replicas, adding, removing, int(applied.recovery[i]))
+            why = Cause(kind, None if cause_offset < 0 else cause_offset)
+            anomalies.partition_change(
+                Place(int(changes.offsets[i]), int(changes.timestamps[i]), names[i], changes.topic_ids[i],
+                      int(changes.partitions[i])), before, after, why,
+                "PartitionChangeRecord" if cause_offset < 0 else self.cause_types.get(cause_offset), int(mins[i]))
 
     def settled(self, now: int) -> bool:
         """Whether a request at event time ``now`` finds nothing to do before its own decision: this term
@@ -617,6 +720,12 @@ class _Step:
                 out.add("brokers", "delete", event["offset"], {"broker_id": broker_id})
             else:
                 out.add("brokers", "upsert", event["offset"], broker_row(after, event))
+        for offset, row in self.anomalies.take():
+            out.add("anomalies", "upsert", offset, row)
+        for offset, timestamp, counts in self.anomalies.reported:
+            out.add(LEADER_COUNTS, "counts", offset, {"shard": shard, "timestamp": timestamp,
+                                                      "counts": [[b, n, p] for b, (n, p) in counts.items()]})
+        self.anomalies.reported = []
         last = self.state.last_offset
         topics_after = _topics_snapshot(image)
         for tid in sorted(topics_before.keys() | topics_after.keys()):
@@ -659,6 +768,8 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
         configs_before = {k: dict(v) for k, v in image.configs.items()} if shard == 0 else {}
         work = _Step(shard, shards, state, config or {}, fast)
         last = state.last_offset
+        # the leadership counts as the step starts (``anomalies.Leadership``)
+        state.anomalies.reported = [(last, -1, state.anomalies.counts())]
         events = sorted((e for e in events if e["offset"] > last), key=_OFFSET)
         if columns and changes is None:
             simple = [e["type"] == "PartitionChangeRecord" and partition_changes.is_simple(e["data"]) for e in events]
@@ -668,6 +779,7 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
             events = sorted(events + [changes.event(i) for i in range(len(changes))], key=lambda e: e["offset"])
             changes = None
         work.batches = _batches(events)  # simple PartitionChangeRecords cause nothing: they are not looked at
+        work.cause_types = {e["offset"]: e["type"] for e in events if e["type"] in causes.CAUSE_TYPES}
         if changes is not None:
             changes = changes.take(np.flatnonzero(changes.offsets > state.last_offset))
         if changes is not None and len(changes) == 0:
@@ -803,14 +915,29 @@ def expand(outputs: Iterable[Output | Block]) -> list[Output]:
     return rows
 
 
-def apply_outputs(tables: dict[str, dict], outputs: Iterable[Output | Block]) -> None:
-    """Fold outputs into in-memory tables (keyed rows for state, lists for appends), in order."""
+def leader_imbalance(outputs: Iterable[Output], open_rows: Iterable[dict], config: Mapping[str, str]) -> list[Output]:
+    """The leader_imbalance episodes a micro-batch opened or closed, as anomalies upserts: judged after the
+    shards, from the leadership counts they reported (``LEADER_COUNTS``), given the episodes open before it."""
+    reports = [(o.offset, o.row["timestamp"], o.row["shard"], {b: (n, p) for b, n, p in o.row["counts"]})
+               for o in outputs if o.table == LEADER_COUNTS]
+    if not any(timestamp >= 0 for _, timestamp, _, _ in reports):
+        return []
+    judge = Leadership(float(setting(config, IMBALANCE_PERCENTAGE)),
+                       {r["broker_id"]: r for r in open_rows if r["kind"] == IMBALANCE and r["end_offset"] is None})
+    return [Output("anomalies", "upsert", offset, -1, row) for offset, row in judge.rows(reports)]
+
+
+def apply_outputs(tables: dict[str, dict], outputs: Iterable[Output | Block], config: Mapping[str, str] | None = None
+                  ) -> None:
+    """Fold outputs into in-memory tables (keyed rows for state, lists for appends), in order; the leader
+    imbalance judged after them, as the controller's sink does."""
     outputs = expand(outputs)
     responses = merged_responses(outputs)
     if responses:
         tables.setdefault("responses", []).extend(responses)
+    outputs += leader_imbalance(outputs, iter_rows(tables.get("anomalies", {})), config or {})
     for o in sorted(outputs, key=lambda o: (o.offset, o.seq)):
-        if o.op == "response":
+        if o.op in ("response", "counts"):
             continue
         if o.op == "append":
             tables.setdefault(o.table, []).append(o.row)
@@ -835,7 +962,7 @@ def replay_log(events: Iterable[dict], shards: int, config: Mapping[str, str] | 
     outputs: list[Output] = []
     for shard in range(shards):
         outputs.extend(step(shard, shards, states[shard], per_shard[shard], config, columns, fast=fast))
-    apply_outputs(tables, outputs)
+    apply_outputs(tables, outputs, config)
     return tables, states
 
 

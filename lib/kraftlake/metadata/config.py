@@ -30,6 +30,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "ConfigWarning",
+    "ANOMALY_THRESHOLDS",
     "DECODE_LIMITS",
     "ENGINES",
     "INGEST_BOUNDS",
@@ -52,6 +53,9 @@ DECODE_LIMITS = ("kraftlake.decode.batch.max.bytes", "kraftlake.decode.record.ma
 #: Where an event may land as it enters the log (``kraftlake.codec.bounds.Limits``): how many offsets past the
 #: log's end, how many ms past the clock of the job that writes it.
 INGEST_BOUNDS = ("kraftlake.ingest.offset.max.gap", "kraftlake.ingest.timestamp.after.max.ms")
+#: The anomaly rules' thresholds (``kraftlake.controller.anomalies``), each a count or event-time ms of at least 1.
+ANOMALY_THRESHOLDS = ("kraftlake.anomaly.reassignment.stuck.ms", "kraftlake.anomaly.broker.flapping.unfencings",
+                      "kraftlake.anomaly.broker.flapping.window.ms")
 #: Settings under this prefix are delta-rs storage options (``kraftlake.storage.aws_endpoint_url``, ...).
 STORAGE_PREFIX = "kraftlake.storage."
 
@@ -341,7 +345,7 @@ def _validate(config: Config) -> None:
     config.get_int("kraftlake.shards", minimum=1)
     config.get_bool("kraftlake.strict")
     config.get_int("kraftlake.ingest.batch.records", minimum=1)
-    for key in (*DECODE_LIMITS, *INGEST_BOUNDS):
+    for key in (*DECODE_LIMITS, *INGEST_BOUNDS, *ANOMALY_THRESHOLDS):
         config.get_int(key, minimum=1)
     config.get_str("kraftlake.progress", choices=progress.MODES)
     config.get_int("kraftlake.progress.interval.ms", minimum=0)

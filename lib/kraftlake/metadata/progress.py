@@ -41,6 +41,17 @@ def duration(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
+def spoken_duration(ms: int) -> str:
+    """A length of event time as a person says it: 84 ms, 51.4 s, 26 min, 3.2 h, 12 days, 31,000 years (a
+    report, an anomaly's detail: read, not parsed)."""
+    for unit, size in (("years", 365.25 * 86_400_000), ("days", 86_400_000), ("h", 3_600_000), ("min", 60_000),
+                       ("s", 1_000)):
+        if ms >= size:
+            value = ms / size
+            return f"{value:,.0f} {unit}" if value >= 10 else f"{value:.1f} {unit}"
+    return f"{ms} ms"
+
+
 class Meter:
     """One line per ``every`` seconds: ``[label] done of total unit (pct), rate, ETA, note``.
 

@@ -14,7 +14,8 @@ from html import escape
 
 import numpy as np
 
-from kraftlake.report.timeline import OFFLINE, REASSIGNING, STATES, UNDER_MIN_ISR, Timeline, duration
+from kraftlake.metadata.progress import spoken_duration
+from kraftlake.report.timeline import OFFLINE, REASSIGNING, STATES, UNDER_MIN_ISR, Timeline
 
 WIDTH, LEFT, ROW = 980, 110, 22
 PLOT = WIDTH - LEFT
@@ -99,7 +100,7 @@ def _axis(tl: Timeline, y: int) -> str:
                      f'<text class="tick" data-ms="{ms}" x="{x:.1f}" y="{y + 16}" text-anchor="{anchor}">{text}</text>')
     for s in tl.axis.stretches(quiet_only=True, min_width=34 / PLOT):
         parts.append(f'<text class="gap-label" x="{LEFT + PLOT * (s.x0 + s.x1) / 2:.1f}" y="{y + 28}" '
-                     f'text-anchor="middle">{duration(s.end_ms - s.start_ms)}</text>')
+                     f'text-anchor="middle">{spoken_duration(s.end_ms - s.start_ms)}</text>')
     return "".join(parts)
 
 
@@ -109,7 +110,7 @@ def _quiet(tl: Timeline, height: int) -> str:
     return "".join(
         f'<rect class="quiet" data-start="{s.start_ms}" data-end="{s.end_ms}" x="{LEFT + PLOT * s.x0:.1f}" y="0" '
         f'width="{PLOT * (s.x1 - s.x0):.1f}" height="{height}" fill="url(#quiet)">'
-        f'<title>quiet for {duration(s.end_ms - s.start_ms)}: no change from {_time(s.start_ms)} to {_time(s.end_ms)} '
+        f'<title>quiet for {spoken_duration(s.end_ms - s.start_ms)}: no change from {_time(s.start_ms)} to {_time(s.end_ms)} '
         f'(drawn compressed)</title></rect>' for s in tl.axis.stretches(quiet_only=True, min_width=2 / PLOT))
 
 

@@ -6,7 +6,8 @@ controlled shutdown, fenced, unregistered) from the broker records of ``metadata
 reassigned, from ``partition_history``; leaderships and ISR membership gained and lost per broker; the
 metadata quorum's leader and epoch (LeaderChangeMessage records, and the partition directory's
 ``quorum-state`` file when the log ends without its leader); and the notable moments, each with its log
-offset and the SQL that shows it.
+offset and the SQL that shows it (unclean and ELR elections, stuck reassignments, flapping brokers and
+leader imbalances are the ``anomalies`` table's episodes).
 
 A KRaft log is mostly quiet (a NoOpRecord every half second) around incidents of a few hundred
 milliseconds, so the time axis (``time_axis``) draws the time between two changes by the logarithm of its
@@ -33,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kraftlake.metadata.config import defaults, setting
+from kraftlake.metadata.progress import spoken_duration
 from kraftlake.storage.deltars import DeltaRsTables
 
 # Broker states, in the order a band legend lists them.
@@ -48,6 +50,9 @@ HISTORY_COLUMNS = ["offset", "applied_offset", "timestamp", "change", "topic", "
 OFFLINE, UNDER_MIN_ISR, REASSIGNING = "offline", "under min.insync.replicas", "reassigning"
 # The tables only the controller writes that the report reads: without them it would draw no change at all.
 CONTROLLER_TABLES = ("partition_history", "controller_log")
+# Anomaly episodes the moments list one by one, from the anomalies table (offline partitions and those under
+# min.insync.replicas are counted instead, as levels over partition_history: an outage is many episodes).
+EPISODE_KINDS = ("unclean_election", "elr_election", "stuck_reassignment", "broker_flapping", "leader_imbalance")
 # Event times a date can hold (years 1 to 9999, as Python's datetime): the page writes every time as one,
 # the window's end + 1 ms included.
 MIN_MS, MAX_MS = -62_135_596_800_000, 253_402_300_799_998
@@ -282,6 +287,7 @@ def build(tables: DeltaRsTables, start_ms: int | None = None, end_ms: int | None
     _brokers(tl, broker_events)
     per_topic, default = min_isr_settings(tables, kafka_config or defaults(), tl.notices)
     count_partitions(tl, history, per_topic, default, topic_list)
+    _episodes(tl, tables, topic_list)
     _quorum(tl, leader_changes, state, epoch_start)
     tl.moments.sort(key=lambda m: (m.offset, m.what))
     return tl
@@ -510,6 +516,25 @@ def count_partitions(tl: Timeline, history: pa.Table, per_topic: dict[str, int],
         zero_copy_only=False), dtype=bool)))
 
 
+def _episodes(tl: Timeline, tables: DeltaRsTables, topics: list[str] | None) -> None:
+    """A moment where each episode of ``EPISODE_KINDS`` began within the window (the partition kinds of
+    ``topics`` only; a broker's always), with its row's one line."""
+    if not tables.exists("anomalies"):
+        tl.notices.append("no anomalies table (a controller of an earlier release): unclean and ELR elections, stuck "
+                          "reassignments, flapping brokers and leader imbalances are not listed; rebuild with the "
+                          "controller's --reset")
+        return
+    rows = tables.read_arrow("anomalies", columns=["kind", "entity", "topic", "start_offset", "start_time", "detail"])
+    # kind compared after the read: a filter on it meets string_view statistics that pyarrow cannot compare
+    rows = rows.filter(pc.is_in(rows.column("kind").cast(pa.string()), pa.array(EPISODE_KINDS)))
+    starts = as_millis(rows["start_time"])
+    for row, ms in zip(rows.drop_columns(["start_time"]).to_pylist(), starts.tolist()):
+        if tl.start_ms <= ms <= tl.end_ms and (topics is None or row["topic"] is None or row["topic"] in topics):
+            tl.moments.append(Moment(row["start_offset"], ms, f"{row['kind'].replace('_', ' ')}: {row['detail']}",
+                                     f"SELECT * FROM anomalies WHERE kind = '{row['kind']}' AND entity = "
+                                     f"{sql_string(row['entity'])} AND start_offset = {row['start_offset']}"))
+
+
 def _last_rows(by_partition: np.ndarray, same: np.ndarray) -> np.ndarray:
     """Indices of each partition's last row (its state at the end of the window)."""
     last = np.ones(len(by_partition), dtype=bool)
@@ -559,16 +584,6 @@ def _sql_condition(name: str, per_topic: dict[str, int], default: int, topics: l
     return condition + _topic_filter(topics)
 
 
-def duration(ms: int) -> str:
-    """A length of time as a person says it: 84 ms, 51.4 s, 26 min, 3.2 h, 12 days, 31,000 years."""
-    for unit, size in (("years", 365.25 * 86_400_000), ("days", 86_400_000), ("h", 3_600_000), ("min", 60_000),
-                       ("s", 1_000)):
-        if ms >= size:
-            value = ms / size
-            return f"{value:,.0f} {unit}" if value >= 10 else f"{value:.1f} {unit}"
-    return f"{ms} ms"
-
-
 def _level_moments(tl: Timeline, name: str, offsets: np.ndarray, times: np.ndarray, levels: np.ndarray,
                    condition: str, topics: list[str] | None) -> None:
     """A moment where the count leaves zero (with how many partitions went into that condition at that
@@ -609,7 +624,7 @@ def _level_moments(tl: Timeline, name: str, offsets: np.ndarray, times: np.ndarr
         else:
             e = int(episode[g])
             tl.moments.append(Moment(int(offsets[b]), int(times[a]), f"no partition {name} any more (at most "
-                                     f"{int(episode_peak[e]):,}, for {duration(int(times[a] - episode_start[e]))})",
+                                     f"{int(episode_peak[e]):,}, for {spoken_duration(int(times[a] - episode_start[e]))})",
                                      changes))
 
 

@@ -25,8 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kraftlake.codec.events import json_bytes
-from kraftlake.controller.shards import (SKIPPED, TOPIC_SCOPED, Block, Output, ShardState, gc_paused,
-                                        merged_responses, rows_table, step)
+from kraftlake.controller.anomalies import IMBALANCE
+from kraftlake.controller.shards import (LEADER_COUNTS, SKIPPED, TOPIC_SCOPED, Block, Output, ShardState, gc_paused,
+                                        leader_imbalance, merged_responses, rows_table, step)
 from kraftlake.image.cluster_image import normalize_uuid
 from kraftlake.image.partition_changes import SIMPLE_RECOVERY_STATES, UNSET_FIELDS, Changes
 from kraftlake.metadata.config import defaults
@@ -323,13 +324,19 @@ def _as_outputs(name: str, typed_rows: tuple[pa.Table, pa.Table]) -> list[Output
 
 
 def write_outputs(warehouse: Warehouse, outputs: list[Output] | BatchOutputs,
-                  txn: tuple[str, int]) -> dict[str, int]:
-    """Commit one micro-batch's rows: MERGE for state tables (last op per key wins), append for logs.
+                  txn: tuple[str, int], config: Mapping[str, str] | None = None) -> dict[str, int]:
+    """Commit one micro-batch's rows: MERGE for state tables (last op per key wins), append for logs; the
+    leader imbalance judged over the shards' counts first (``shards.leader_imbalance``, ``config``'s
+    ``leader.imbalance.per.broker.percentage``).
 
     Typed rows go to Delta as the Arrow columns they arrived in; only when a table also has rows of
     the other kind (deletes, or a key written twice) do they take the row-by-row path below."""
     typed = outputs.typed if isinstance(outputs, BatchOutputs) else None
     rest = outputs.other if isinstance(outputs, BatchOutputs) else outputs
+    counts = [o for o in rest if o.table == LEADER_COUNTS]
+    if counts:
+        rest = [o for o in rest if o.table != LEADER_COUNTS]
+        rest += leader_imbalance(counts, _open_imbalances(warehouse), config or {})
     # keys never span shards (a topic lives on one shard, brokers and configs come from shard 0 only),
     # so (offset, seq) orders every key's rows
     ordered = sorted(rest, key=lambda o: (o.offset, o.seq))
@@ -379,6 +386,21 @@ def write_outputs(warehouse: Warehouse, outputs: list[Output] | BatchOutputs,
         warehouse.upsert(name, _arrow_rows(name, upserts), keys, schema, txn, delete_keys)
         written[name] = len(final)
     return written
+
+
+def _open_imbalances(warehouse: Warehouse) -> list[dict]:
+    """The leader_imbalance episodes still open, as the shards' rows are (times in ms): a few rows."""
+    if not warehouse.exists("anomalies"):
+        return []
+    rows = warehouse.read_arrow("anomalies", filter=pc.field("end_offset").is_null())
+    # kind compared after the read: a filter on it meets string_view statistics that pyarrow cannot compare
+    rows = rows.filter(pc.equal(rows.column("kind").cast(pa.string()), IMBALANCE))
+    for column in ("start_time", "end_time"):
+        index = rows.schema.get_field_index(column)
+        values = rows.column(column)
+        rows = rows.set_column(index, column, pc.cast(values, pa.timestamp("ms", values.type.tz), safe=False)
+                               .cast(pa.int64()))
+    return rows.to_pylist()
 
 
 def reset(warehouse: Warehouse, checkpoint: str) -> None:
@@ -446,7 +468,8 @@ def start(warehouse: Warehouse, settings: ControllerSettings):
                                        "append",
                                        GroupStateTimeout.NoTimeout))
     return start_sink(outputs, "controller", settings.checkpoint, settings.once, settings.trigger_interval_ms,
-                      lambda batch_df, txn: write_outputs(warehouse, _outputs_of(batch_df.toArrow()), txn),
+                      lambda batch_df, txn: write_outputs(warehouse, _outputs_of(batch_df.toArrow()), txn,
+                                                          settings.kafka_config),
                       warehouse.storage_options)
 
 
