@@ -276,7 +276,8 @@ class Simulation:
         voter for a non-voter, add or remove one, or cancel (null)."""
         target_node = target_node or self._leader() or self.rng.choice(self.ids)
         node = self.replicas[target_node].node
-        voters = list(node.voters) if node is not None else list(self.voter_ids)
+        voters = list(node.voters) if node is not None and node.voters else list(self.voter_ids)  # (a draft
+        # observer may know no voters yet)
         others = [i for i in self.ids if i not in voters]
         roll = self.rng.random()
         if roll < 0.25:
