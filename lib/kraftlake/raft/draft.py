@@ -71,6 +71,7 @@ class DraftNode(RaftNode):
         self._bootstrap_rounds = -1  # DiscoverBrokers rounds to bootstrap.servers unanswered; -1: not asking
         self._next_discover_ms: int | None = None
         self._zombie = False
+        self._discover_inflight: dict[int, int] = {}  # DiscoverBrokers in flight: destination -> CorrelationId
         self._refresh_voters()
 
     # ------------------------------------------------------------------------------- state
@@ -81,15 +82,17 @@ class DraftNode(RaftNode):
         d = super().to_dict()
         d["draft"] = {name: getattr(self, name) for name in self._DRAFT_FIELDS}
         d["draft"]["brokers"] = sorted([r, *info] for r, info in self.brokers.items())
+        d["draft"]["discover_inflight"] = sorted([r, c] for r, c in self._discover_inflight.items())
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], config: RaftConfig) -> RaftNode:
         node = super().from_dict(d, config)
-        for name, value in d["draft"].items():
-            setattr(node, name, value)
+        for name in cls._DRAFT_FIELDS:
+            setattr(node, name, d["draft"][name])
         node.expected_voters = tuple(node.expected_voters)
         node.brokers = {row[0]: list(row[1:]) for row in d["draft"]["brokers"]}
+        node._discover_inflight = {r: c for r, c in d["draft"]["discover_inflight"]}
         node._refresh_voters()
         return node
 
@@ -305,15 +308,29 @@ class DraftNode(RaftNode):
 
     # ------------------------------------------------------------------------------ the wire
     def handle(self, msg: Mapping[str, Any], now_ms: int) -> list[dict]:
-        """FetchQuorumRecords is the node's Fetch under the draft's name; the rest is Kafka's node."""
+        """FetchQuorumRecords is the node's Fetch under the draft's name; the rest is Kafka's node, but for
+        the answers to DiscoverBrokers, expected by their own CorrelationIds (``_finish``)."""
         if msg["type"] in NODE:
             msg = {**msg, "type": NODE[msg["type"]]}
+        elif msg["type"] == "DiscoverBrokersResponse" and msg.get("correlation_id") is not None:
+            if self._discover_inflight.get(msg["source"]) != msg["correlation_id"]:
+                return []  # a duplicate, or the answer to a request asked again since
+            del self._discover_inflight[msg["source"]]
+            msg = {k: v for k, v in msg.items() if k != "correlation_id"}
         return super().handle(msg, now_ms)
 
     def _finish(self, out: list[dict], request_cid: int | None) -> list[dict]:
+        """Kafka's headers, and the draft's wire names. DiscoverBrokers is kept out of the Raft requests in
+        flight: asking a voter around must not make its answer to a BeginQuorumEpoch or a fetch unexpected."""
+        inflight = dict(self._inflight)
         out = super()._finish(out, request_cid)
         for m in out:
+            if m["type"] == "DiscoverBrokersRequest":
+                self._discover_inflight[m["destination"]] = m["correlation_id"]
+            elif m["type"].endswith("Request"):
+                inflight[m["destination"]] = m["correlation_id"]
             m["type"] = WIRE.get(m["type"], m["type"])
+        self._inflight = inflight
         return out
 
     def _on_FetchResponse(self, src: int, d: Mapping, now: int, out: list[dict]) -> None:
