@@ -83,6 +83,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "default: kraftlake.quorum.protocol")
     quorum.add_argument("--grow-to", type=int, default=0,
                         help="draft: AlterQuorum grows the voters to this many once the cluster id is committed")
+    quorum.add_argument("--partition-every-ms", type=int, default=SimConfig.partition_every_ms,
+                        help="mean time between network partitions")
+    quorum.add_argument("--partition-ms", type=int, default=SimConfig.partition_ms, help="mean length of one")
     quorum.add_argument("--foreign-every-ms", type=int, default=0,
                         help="mean time between requests of a stray node of another cluster (0: none)")
     quorum.add_argument("--check-seeds", metavar="A:B",
@@ -98,7 +101,8 @@ def quorum_sim_config(args: argparse.Namespace, protocol: str) -> SimConfig:
         raise UserError(f"--grow-to {args.grow_to}: there are only {args.voters + args.observers} replicas")
     return SimConfig(voters=args.voters, observers=args.observers, duration_ms=args.duration_ms,
                      alter_every_ms=args.alter_every_ms, protocol=protocol, grow_to=args.grow_to,
-                     foreign_every_ms=args.foreign_every_ms)
+                     foreign_every_ms=args.foreign_every_ms, partition_every_ms=args.partition_every_ms,
+                     partition_ms=args.partition_ms)
 
 
 def check_seeds(cfg: SimConfig, seeds: str) -> int:
