@@ -151,7 +151,8 @@ def cluster_view(names: list[str], log_columns: list[str]) -> str | None:
     table may lack a newer type's): the cluster's id, where the input has it, and
     its finalized feature levels now (the last ``features`` row of each). Kafka keeps the id in each log
     directory's meta.properties, not in the metadata log; the log holds it only in requests (a hand-written
-    BrokerRegistrationRequest, the quorum's traffic). The first place that has one, in this order, says it."""
+    BrokerRegistrationRequest, the KIP-595 draft's VoterAssignmentMessage, the quorum's traffic). The first
+    place that has one, in this order, says it."""
     found = []
     if "quorum_files" in names:
         # Spark unescapes the literal's \t, \r, \n into the characters: the regex holds no backslash
@@ -160,7 +161,8 @@ def cluster_view(names: list[str], log_columns: list[str]) -> str | None:
     carrying = sorted(m.name for m in registry().event_types() if "ClusterId" in m.by_name and m.name in log_columns)
     if "metadata_log" in names and carrying:
         found.append(f"SELECT coalesce({', '.join(f'{t}.ClusterId' for t in carrying)}) AS id, type AS found_in, "
-                     "CASE type WHEN 'BrokerRegistrationRequest' THEN 1 ELSE 2 END AS rank FROM metadata_log "
+                     "CASE type WHEN 'BrokerRegistrationRequest' THEN 1 WHEN 'VoterAssignmentMessage' THEN 1 ELSE 2 END "
+                     "AS rank FROM metadata_log "
                      f"WHERE type IN ({', '.join(repr(t) for t in carrying)})")
     if "quorum_files" in names:
         found.append("SELECT get_json_object(content, '$.clusterId') AS id, 'quorum-state' AS found_in, 99 AS rank "
