@@ -34,6 +34,7 @@ from typing import Any, Iterable, Mapping
 
 from kraftlake.metadata.uuids import from_bytes
 from kraftlake.raft.config import DRAFT, RaftConfig, parse_voters
+from kraftlake.raft.log import RaftLog
 from kraftlake.raft.node import (FAILED, INCONSISTENT_CLUSTER_ID, LEADER, NO_LEADER, NONE, UNATTACHED, VOTED,
                                  RaftNode, message, record)
 
@@ -101,7 +102,7 @@ class DraftNode(RaftNode):
         return {**super().durable_state(), "cluster_id": self.known_cluster_id}
 
     @classmethod
-    def restore(cls, node_id: int, voters: Iterable[int], config: RaftConfig, log: Any,
+    def restore(cls, node_id: int, voters: Iterable[int], config: RaftConfig, log: RaftLog,
                 durable: Mapping[str, Any], now_ms: int) -> RaftNode:
         """Bootstrapping, first case: quorum-state (with the cluster id) and the log are there; its
         connection information has a new boot timestamp."""
@@ -127,7 +128,8 @@ class DraftNode(RaftNode):
 
     def _refresh_voters(self) -> None:
         """The voters of the last VoterAssignmentMessage in the log; before one, quorum.voters for a node
-        promoted from them, else the voters gossip told (never itself: a node becomes a voter by the log)."""
+        promoted from them, else the voters gossip told (never itself: a node becomes a voter by the log).
+        (``RaftNode.__post_init__`` calls it before this class's fields exist: hence the getattr.)"""
         latest = self.log.latest_voters()
         if latest is not None:
             self.voters = latest[0]
