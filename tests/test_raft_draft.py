@@ -301,3 +301,21 @@ def test_a_replay_of_draft_traffic_rebuilds_every_replica():
             assert replicas[rid].node.to_dict() == simulated.node.to_dict(), (seed, rid)
             again = Replica.from_json(replicas[rid].to_json(), rid, {})
             assert again.node.to_dict() == simulated.node.to_dict(), (seed, rid)
+
+
+def test_traffic_without_a_replica_startup_runs_the_jobs_protocol():
+    """The controller's replay hands the quorum's protocol to the replicas (replay_configs): a replica
+    whose traffic names none in a ReplicaStartup runs the job's kraftlake.quorum.protocol."""
+    import argparse
+
+    from kraftlake.cli.config import add_common_arguments, config_from_args
+    from kraftlake.cli.runtime import replay_configs
+
+    args = add_common_arguments(argparse.ArgumentParser()).parse_args(
+        ["--override", "kraftlake.quorum.protocol=draft", "--override", "controller.quorum.voters=1@h:9093"])
+    properties = replay_configs(config_from_args(args))
+    event = {**traffic_event(message("DescribeQuorumRequest", -1, 1), 5), "offset": 0, "destination_id": 1}
+    _, replicas = replay_quorum([event], properties)
+    assert isinstance(replicas[1].node, DraftNode) and replicas[1].node.cluster_id is not None  # it led at once
+    _, replicas = replay_quorum([event], {"controller.quorum.voters": "1@h:9093"})
+    assert type(replicas[1].node) is RaftNode
