@@ -94,7 +94,7 @@ def test_the_kip_595_drafts_bootstrapping_example_through_the_streaming_job(spar
     result = write_simulation(warehouse, seed=3, voters=1, observers=2, duration_ms=6000, config=DRAFT_BOOTSTRAP_MIX)
     assert result.ok and len(result.cluster_ids) == 1
     expected = normalised(core_tables(warehouse))
-    run_controller(warehouse, tmp_path / "cp", shards=1)
+    run_controller(warehouse, tmp_path / "cp", shards=1, max_records_per_batch=None)
     tables = table_rows(warehouse)
     assert normalised(tables) == expected
     assert warehouse.read_arrow("rejected").num_rows == 0
