@@ -157,6 +157,9 @@ class DraftNode(RaftNode):
             return self._next_discover_ms if base is None else min(base, self._next_discover_ms)
         return base
 
+    def takes(self, type_: str) -> bool:
+        return super().takes(NODE.get(type_, type_))
+
     # ------------------------------------------------------------------------------ bootstrap
     def _boot(self, now: int) -> None:
         self.brokers[self.node_id] = [f"node-{self.node_id}", PORT, now]

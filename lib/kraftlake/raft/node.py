@@ -226,6 +226,10 @@ class RaftNode:
         """The cluster id this node sends and checks: Kafka's comes from its configuration (meta.properties)."""
         return self.config.cluster_id
 
+    def takes(self, type_: str) -> bool:
+        """Whether ``type_`` is a message of this node's protocol."""
+        return hasattr(self, "_on_" + type_)
+
     @property
     def is_voter(self) -> bool:
         return self.node_id in self.voters

@@ -308,16 +308,17 @@ class Replica:
                 sent += self._start(None, now, properties)
                 node = self.node
             assert node is not None
-            try:
-                message = to_node_message(event, Limits.from_settings(properties))
-            except (ValueError, KeyError, TypeError) as exc:  # malformed: reported, nothing else changes
-                rows.append(("rejected", {
-                    "stage": "replay", "source": event.get("source"), "position": event.get("position"),
-                    "offset": event["offset"], "type": t, "version": event.get("version"),
-                    "error": "INVALID_REQUEST" if t.endswith("Request") else "CORRUPT_MESSAGE",
-                    "reason": f"replica {self.replica_id} cannot read this {t}: {exc!r}", "raw": None,
-                    "raw_length": None}))
-                message = None
+            message = None
+            if not node.takes(t):  # the other protocol's message (ADR 0011): nothing changes
+                rows.append(("rejected", self._rejected_row(event, "UNSUPPORTED_VERSION", (
+                    f"replica {self.replica_id} runs the {node.config.protocol} quorum protocol, which has no {t}"))))
+            else:
+                try:
+                    message = to_node_message(event, Limits.from_settings(properties))
+                except (ValueError, KeyError, TypeError) as exc:  # malformed: reported, nothing else changes
+                    rows.append(("rejected", self._rejected_row(
+                        event, "INVALID_REQUEST" if t.endswith("Request") else "CORRUPT_MESSAGE",
+                        f"replica {self.replica_id} cannot read this {t}: {exc!r}")))
             replies = [] if message is None else node.handle(message, now)
             sent += replies
             if t.endswith("Request"):
@@ -348,6 +349,11 @@ class Replica:
         return sent
 
     # -------------------------------------------------------------------------------------- rows
+    def _rejected_row(self, event: Mapping, error: str, reason: str) -> dict:
+        return {"stage": "replay", "source": event.get("source"), "position": event.get("position"),
+                "offset": event["offset"], "type": event["type"], "version": event.get("version"), "error": error,
+                "reason": reason, "raw": None, "raw_length": None}
+
     def _event_row(self, event: Mapping, time_ms: int, e: Mapping) -> dict:
         detail = {k: v for k, v in e.items() if k not in ("time_ms", "node_id", "event", "epoch", "state")}
         return {"offset": event["offset"], "timestamp": time_ms, "replica_id": self.replica_id,
