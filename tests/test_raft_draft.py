@@ -319,3 +319,17 @@ def test_traffic_without_a_replica_startup_runs_the_jobs_protocol():
     assert isinstance(replicas[1].node, DraftNode) and replicas[1].node.cluster_id is not None  # it led at once
     _, replicas = replay_quorum([event], {"controller.quorum.voters": "1@h:9093"})
     assert type(replicas[1].node) is RaftNode
+
+
+def test_a_kafka_replica_rejects_the_drafts_messages_and_goes_on():
+    """The protocols do not mix: a replica running Kafka's has no DiscoverBrokers; the event is rejected
+    (UNSUPPORTED_VERSION, with the replica's protocol in the reason) and the replica answers what follows."""
+    replica = Replica(1)
+    event = {**traffic_event(discover(2, 1), 5), "offset": 0}
+    rows, _ = replica.apply(event, {"controller.quorum.voters": "1@h:9093,2@h:9093"})
+    rejected = [r for t, r in rows if t == "rejected"]
+    assert [(r["error"], r["offset"]) for r in rejected] == [("UNSUPPORTED_VERSION", 0)]
+    assert "kafka quorum protocol" in rejected[0]["reason"]
+    describe = {**traffic_event(message("DescribeQuorumRequest", -1, 1), 6), "offset": 1}
+    rows, _ = replica.apply(describe, {"controller.quorum.voters": "1@h:9093,2@h:9093"})
+    assert [t for t, _ in rows if t == "responses"] == ["responses"]
