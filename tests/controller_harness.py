@@ -30,6 +30,37 @@ VERSIONS = {"BrokerRegistrationRequest": 4, "BrokerHeartbeatRequest": 1, "Unregi
             "ListPartitionReassignmentsRequest": 0}
 
 
+class KafkaMockRandom:
+    """Kafka's test ``MockRandom`` (server-common, a ``java.util.Random`` whose ``next(bits)`` is a 64-bit
+    linear congruential step from 17) with ``Random.nextInt`` and ``Collections.shuffle`` as Java has
+    them, under the names the placer calls: Kafka's tests that assert an exact replica placement get the
+    same random numbers here."""
+
+    def __init__(self, state: int = 17) -> None:
+        self.state = state
+
+    def _next(self, bits: int) -> int:
+        self.state = (self.state * 2862933555777941757 + 3037000493) & ((1 << 64) - 1)
+        return self.state >> (64 - bits)
+
+    def randrange(self, bound: int) -> int:
+        """``nextInt(bound)``: a power of two takes the high bits; otherwise draws are retried while the
+        int32 sum ``u - r + (bound - 1)`` overflows."""
+        r = self._next(31)
+        if bound & (bound - 1) == 0:
+            return (bound * r) >> 31
+        while True:
+            value = r % bound
+            if ((r - value + bound - 1) & 0xFFFFFFFF) < 1 << 31:
+                return value
+            r = self._next(31)
+
+    def shuffle(self, items: list) -> None:
+        for i in range(len(items), 1, -1):
+            j = self.randrange(i)
+            items[i - 1], items[j] = items[j], items[i - 1]
+
+
 def ev(type_: str, version: int = 0, **fields) -> dict:
     """A record or request with every field of its version, validated like hand-written input."""
     return {"type": type_, "version": version, "data": check_struct(registry()[type_], fields, version, type_)}
@@ -71,11 +102,13 @@ class Controller:
         self.cluster_id = cluster_id
         self.config = {k.replace("_", "."): v for k, v in config.items()}
         self.records: list[dict] = []  # what the last step wrote
+        self.whole_image = True  # false: decide as one shard of several (Context.whole_image)
         if metadata_version is not None:
             self.log(ev("FeatureLevelRecord", Name="metadata.version", FeatureLevel=metadata_version))
 
     def ctx(self) -> Context:
-        return Context(now_ms=self.now, offset=self.offset, config=self.config, cluster_id=self.cluster_id)
+        return Context(now_ms=self.now, offset=self.offset, config=self.config, cluster_id=self.cluster_id,
+                       whole_image=self.whole_image)
 
     def log(self, *records: dict) -> None:
         """Records another controller wrote (or the test's setup), one offset each."""

@@ -16,17 +16,18 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from servers import wait_for  # noqa: F401 (the tests take it from here too)
 from kraftlake.spark import controller_query as streaming
 from kraftlake.metadata import uuids
 from kraftlake.storage.ingest import ingest_source
 from kraftlake.metadata.tables import table_arrow_schema
 from kraftlake.controller.shards import iter_rows, replay_log
+from kraftlake.sim.cluster import DEFAULT_MIX, SimulationOptions, simulate
 from kraftlake.storage import Warehouse
 from kraftlake.storage.tables import rows_to_events
 
@@ -60,6 +61,26 @@ class GeneratedLog:
     # {(topic, partition): (replicas, isr, leader, adding replicas)}
     brokers: dict[int, tuple[int, bool, bool]]
     partitions: dict[tuple[str, int], tuple[list[int], list[int], int, list[int]]]
+
+
+# Every operation the cluster simulator knows, often: its logs hold every request the controller decides.
+EVERY_OPERATION = {**DEFAULT_MIX, "crash": 1.0, "rolling_restart": 0.5, "create_partitions": 0.5,
+                   "list_reassignments": 0.5, "unclean_election": 0.5, "unregister": 0.5}
+
+
+def simulated_requests(seed: int, size: int) -> list[dict]:
+    """``size`` requests of a small, busy simulated cluster (four brokers on two racks, three topics of
+    three partitions, an operation every 4 s of event time) as JSON lines objects without offsets: the
+    brokers' registrations and heartbeats, AlterPartitions, and every operator request."""
+    options = SimulationOptions(brokers=4, topics=3, partitions_per_topic=3, racks=2, seed=seed,
+                                operation_interval_ms=4_000, mix=EVERY_OPERATION, stale_share=0.05)
+    return [{k: e[k] for k in ("type", "version", "timestamp", "data")} for e in simulate(size, options)]
+
+
+def kill_seed(default: int) -> int:
+    """The seed of a test that kills processes at drawn moments: fixed by default, so a failure replays;
+    KRAFTLAKE_KILL_SEED sets another (a failing run's message names the one it used)."""
+    return int(os.environ.get("KRAFTLAKE_KILL_SEED", default))
 
 
 def write_jsonl(events: list[dict], path: Path) -> Path:
@@ -334,15 +355,6 @@ def in_background(run: Callable[[], object]) -> tuple[threading.Thread, list[Bas
     return thread, errors
 
 
-def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def committed_batches(checkpoint: Path) -> list[int]:
     commits = checkpoint / "commits"
     return sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit()) if commits.is_dir() else []
@@ -394,9 +406,35 @@ def reference_tables(events: list[dict], shards: int) -> dict[str, list[dict]]:
     return out
 
 
+def warehouse_decisions(warehouse: Warehouse) -> dict[str, list[tuple]]:
+    """``controller_log`` and ``responses`` as comparable tuples (records by request offset, shard and
+    place; answers with their JSON parsed)."""
+    log = warehouse.read_arrow("controller_log") if warehouse.exists("controller_log") else None
+    records = [] if log is None else [{**r, **place} for r, place in
+                                      zip(rows_to_events(log), log.select(["shard", "seq"]).to_pylist())]
+    answers = warehouse.read_arrow("responses").to_pylist() if warehouse.exists("responses") else []
+    return _decisions(records, [{**a, "data": json.loads(a["data"])} for a in answers])
+
+
+def reference_decisions(events: list[dict], shards: int) -> dict[str, list[tuple]]:
+    """The same from ``replay_log`` in-process."""
+    tables, _ = replay_log(events, shards)
+    return _decisions(list(iter_rows(tables.get("controller_log", []))), list(iter_rows(tables.get("responses", []))))
+
+
+def _decisions(records: list[dict], answers: list[dict]) -> dict[str, list[tuple]]:
+    def canonical(value: object) -> str:
+        return json.dumps(value, sort_keys=True, default=repr)
+
+    return {"controller_log": sorted((r["offset"], r["shard"], r["seq"], r["type"], r["version"], canonical(r["data"]))
+                                     for r in records),
+            "responses": sorted((a["offset"], a["request_type"], a["error_code"], canonical(a["data"]))
+                                for a in answers)}
+
+
 def assert_same_tables(actual: dict[str, list[dict]], expected: dict[str, list[dict]], what: str) -> None:
     """Says which rows differ: pytest does not rewrite the asserts of a helper module into diffs."""
-    for name in TABLES:
+    for name in expected:
         missing = [r for r in expected[name] if r not in actual[name]]
         unexpected = [r for r in actual[name] if r not in expected[name]]
         assert actual[name] == expected[name], (

@@ -1,8 +1,10 @@
 """The cluster simulator (``kraftlake.sim.cluster``, ``jobs/simulate.py``).
 
-The simulated log is checked against the reference controller (``shards.replay_log``, the streaming
-job's in-process twin) and against Kafka's rules as written in the tests (heartbeat interval, session
-timeout, KIP-841), never against numbers the simulator computes about itself.
+The simulator decides every request with the project's own controller (``dispatch.handle_request``), so
+comparing its answers with ``shards.replay_log`` (two shards, the streaming job's in-process twin) checks
+the sharding and that the log says what the simulator meant, not that a decision is Kafka's: that is
+``test_decision_oracle.py``'s, against a controller written from Kafka's rules alone. The rest is checked
+against Kafka's rules as written here (heartbeat interval, session timeout, KIP-841).
 """
 
 from __future__ import annotations
@@ -72,7 +74,10 @@ def test_the_same_seed_gives_the_same_log_and_another_seed_another():
 
 
 def test_every_request_kind_is_in_the_default_mix():
-    kinds = Counter(e["type"] for e in simulate(EVENTS, SimulationOptions(brokers=6, topics=8, partitions_per_topic=6)))
+    """With the default mix each kind is rare enough that a seed may miss one in 6,000 requests (seed 1
+    has no DeleteTopics since placement draws as Kafka's does); seed 3 has each at least five times."""
+    kinds = Counter(e["type"] for e in simulate(EVENTS, SimulationOptions(brokers=6, topics=8, partitions_per_topic=6,
+                                                                          seed=3)))
     assert set(kinds) == REQUEST_KINDS
 
 

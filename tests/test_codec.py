@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import shutil
 import struct
+import subprocess
 from pathlib import Path
 
 import crc32c
@@ -21,7 +23,7 @@ from kraftlake.codec.logdir import decode_buffer
 from kraftlake.codec.writer import encode_events, record_key_value
 from kraftlake.metadata.schemas import registry
 
-FIXTURES = ("single-broker-shutdown", "single-broker-snapshot", "single-broker-restarts")
+FIXTURES = ("single-broker-shutdown", "single-broker-snapshot", "single-broker-restarts", "three-brokers-restarts")
 SEGMENT = "__cluster_metadata-0/00000000000000000000.log"
 
 
@@ -140,13 +142,16 @@ COMPRESSED = ("confluent-command-0", "controlcenter-repartition-0")
 def test_lz4_batches_of_kafkas_java_producer_decode_batch_by_batch(fixtures_dir, name):
     """Real lz4 batches against facts read off their headers without project code (expected-batches.json):
     each batch's CRC verifies, it decompresses, and it holds exactly its record count, with the offset
-    deltas 0..lastOffsetDelta."""
+    deltas 0..lastOffsetDelta, every one a well-framed record."""
     root = fixtures_dir.parent / "compressed"
     expected = json.loads((root / "expected-batches.json").read_text())[name]
     buf = (root / name / "00000000000000000000.log").read_bytes()
     assert len(buf) == expected["bytes"]
     found, pos = [], 0
     while pos < len(buf):
+        size = 12 + struct.unpack_from(">i", buf, pos + 8)[0]
+        # the stored CRC-32C verifies, computed here with crc32c rather than trusted to the decoder
+        assert crc32c.crc32c(buf[pos + 21:pos + size]) == struct.unpack_from(">I", buf, pos + 17)[0]
         batch = batches.parse_batch(buf, pos)  # raises on a CRC mismatch or a payload that does not decompress
         records = list(batches.records(batch))
         assert all(isinstance(r, batches.Record) for r in records)
@@ -155,6 +160,72 @@ def test_lz4_batches_of_kafkas_java_producer_decode_batch_by_batch(fixtures_dir,
         pos += batch.size
     assert found == expected["per_batch"]
     assert len(found) == expected["batches"] and sum(f[3] for f in found) == expected["records"]
+
+
+# The same real records, compressed by the libraries Kafka's Java producer uses (tests/data/KafkaCompress.java,
+# run on the JVM that pyspark needs anyway): the codecs checked against an implementation other than the
+# project's (which writes with Python's gzip and cramjam).
+JAVA_CODECS = {"gzip": b"\x1f\x8b", "snappy": b"\x82SNAPPY\x00", "zstd": b"\x28\xb5\x2f\xfd",
+               "lz4": b"\x04\x22\x4d\x18"}  # each format's magic bytes
+JAVA_JARS = ("snappy-java", "zstd-jni", "lz4-java")
+
+
+@pytest.fixture(scope="module")
+def java_compressed(fixtures_dir, tmp_path_factory):
+    """The 40 largest batches of the real three-brokers-restarts log (topic creations and failovers: many
+    PartitionRecords and PartitionChangeRecords), in log order, cut by reading their headers (not with
+    project code), and each batch's records section compressed by Java with every codec."""
+    import pyspark
+
+    java = shutil.which("java")
+    jars = {name: sorted((Path(pyspark.__file__).parent / "jars").glob(f"{name}-*.jar")) for name in JAVA_JARS}
+    missing = [name for name, found in jars.items() if not found]
+    if java is None or missing:
+        pytest.skip(f"needs a java on PATH (found {java}) and pyspark's jars {', '.join(JAVA_JARS)} "
+                    f"(missing: {', '.join(missing) or 'none'})")
+    buf = segment_bytes(fixtures_dir, "three-brokers-restarts")
+    layout = sorted(sorted(batch_positions(buf), key=lambda batch: -batch[1])[:40])
+    work = tmp_path_factory.mktemp("java-compressed")
+    args = []
+    for i, (pos, size, _, _) in enumerate(layout):
+        assert struct.unpack_from(">h", buf, pos + 21)[0] & 0x07 == 0, "the fixture's batches are uncompressed"
+        (work / f"{i}.records").write_bytes(buf[pos + 61:pos + size])
+        args += [a for codec in JAVA_CODECS for a in (codec, str(work / f"{i}.records"), str(work / f"{i}.{codec}"))]
+    classpath = ":".join(str(found[-1]) for found in jars.values())
+    subprocess.run([java, "-cp", classpath, str(Path(__file__).parent / "data" / "KafkaCompress.java"), *args],
+                   check=True, capture_output=True, timeout=120)
+    return buf, layout, {codec: [(work / f"{i}.{codec}").read_bytes() for i in range(len(layout))]
+                         for codec in JAVA_CODECS}
+
+
+def rebatch(buf: bytes, pos: int, size: int, codec_id: int, body: bytes) -> bytes:
+    """The batch at ``pos`` with ``body`` for its records and ``codec_id`` in its attributes: header fields
+    kept, batchLength and the CRC-32C (crc32c, not the project's code) computed anew."""
+    after_crc = bytearray(buf[pos + 21:pos + 61]) + body
+    struct.pack_into(">h", after_crc, 0, struct.unpack_from(">h", buf, pos + 21)[0] | codec_id)
+    head = bytearray(buf[pos:pos + 21])
+    struct.pack_into(">i", head, 8, 61 - 12 + len(body))
+    struct.pack_into(">I", head, 17, crc32c.crc32c(bytes(after_crc)))
+    return bytes(head + after_crc)
+
+
+@pytest.mark.parametrize("codec_name", list(JAVA_CODECS))
+def test_batches_compressed_by_the_java_producers_libraries_decode_to_the_uncompressed_records(java_compressed,
+                                                                                             codec_name):
+    buf, layout, compressed = java_compressed
+    rebuilt = b""
+    for (pos, size, _, _), body in zip(layout, compressed[codec_name]):
+        assert body.startswith(JAVA_CODECS[codec_name])  # really that codec's format
+        rebuilt += rebatch(buf, pos, size, batches.CODEC_IDS[codec_name], body)
+    original = b"".join(buf[pos:pos + size] for pos, size, _, _ in layout)
+    expected, _ = split(decode_buffer(original, "x"))
+    assert {e["type"] for e in expected} >= {"PartitionRecord", "PartitionChangeRecord", "TopicRecord"}
+    events, rejections = split(decode_buffer(rebuilt, "x"))
+    assert rejections == []
+    strip = lambda es: [{k: e[k] for k in ("offset", "leader_epoch", "timestamp", "type", "version", "data")}
+                        for e in es]
+    assert strip(events) == strip(expected)
+    assert len(events) == sum(count for *_, count in layout)
 
 
 def test_snappy_in_xerial_framing_as_the_java_client_writes_it():
@@ -267,29 +338,64 @@ def test_a_bad_record_is_rejected_alone_and_its_batch_neighbours_are_kept(patch,
     assert words in r.reason and r.raw == bad_value
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data())
-def test_any_single_bit_flip_never_passes_bad_data_and_keeps_the_rest(fixtures_dir, data):
-    """Whatever bit flips, decoding never raises, every event it yields equals the original at that
-    offset, and the flipped byte lies in a rejected part. Left out: the fields outside the CRC that no
-    reader can check without a neighbour, i.e. the first batch's partitionLeaderEpoch and the last
-    batch's baseOffset, batchLength and partitionLeaderEpoch."""
-    original = segment_bytes(fixtures_dir, "single-broker-restarts")
-    last_pos = batch_positions(original)[-1][0]
-    unverifiable = set(range(12, 16)) | set(range(last_pos, last_pos + 16))
-    position = data.draw(st.integers(0, len(original) - 1).filter(lambda p: p not in unverifiable))
-    bit = data.draw(st.integers(0, 7))
+def unverifiable(buf: bytes) -> set[int]:
+    """The header bytes outside the CRC that no reader can check without a neighbour: the first batch's
+    partitionLeaderEpoch and the last batch's baseOffset, batchLength and partitionLeaderEpoch."""
+    last_pos = batch_positions(buf)[-1][0]
+    return set(range(12, 16)) | set(range(last_pos, last_pos + 16))
+
+
+def assert_flip_is_caught(original: bytes, truth: dict[int, dict], position: int, bit: int) -> None:
+    """Decoding never raises, every event it yields equals the original at that offset, and the flipped
+    byte lies in a rejected part."""
     flipped = bytearray(original)
     flipped[position] ^= 1 << bit
-    truth = {e["offset"]: e for e in split(decode_buffer(original, "x", 0))[0]}
     events, rejections = split(decode_buffer(bytes(flipped), "x", 0))
-    assert rejections, "a flipped bit must be noticed"
+    where = f"bit {bit} of byte {position}"
+    assert rejections, f"{where}: a flipped bit must be noticed"
     for event in events:
-        assert event == truth[event["offset"]]
+        assert event == truth[event["offset"]], where
     lost = len(truth) - len(events)
-    assert lost <= max(count for *_, count in batch_positions(original)) * 2
+    assert lost <= max(count for *_, count in batch_positions(original)) * 2, where
     assert any(r.position <= position < r.position + max(r.raw_length or 0, 61) for r in rejections
-               if r.position is not None)
+               if r.position is not None), where
+
+
+def test_every_single_bit_flip_in_the_first_five_batches_is_caught(fixtures_dir):
+    """Exhaustive over a real log's first five batches (622 bytes: a LeaderChangeMessage control batch,
+    a batch of four records, a RegisterBrokerRecord, NoOpRecords): every bit of every byte but the
+    unverifiable ones."""
+    whole = segment_bytes(fixtures_dir, "single-broker-restarts")
+    pos, size, _, _ = batch_positions(whole)[4]
+    original = whole[:pos + size]
+    truth = {e["offset"]: e for e in split(decode_buffer(original, "x", 0))[0]}
+    assert len(truth) == 8 and len(batch_positions(original)) == 5
+    skipped = unverifiable(original)
+    for position in range(len(original)):
+        if position not in skipped:
+            for bit in range(8):
+                assert_flip_is_caught(original, truth, position, bit)
+
+
+BIT_FLIP_EXAMPLES = int(os.environ.get("KRAFTLAKE_BIT_FLIP_EXAMPLES", "100"))
+
+
+@pytest.fixture(scope="module")
+def restarts_log(fixtures_dir):
+    original = segment_bytes(fixtures_dir, "single-broker-restarts")
+    return original, {e["offset"]: e for e in split(decode_buffer(original, "x", 0))[0]}
+
+
+@settings(max_examples=BIT_FLIP_EXAMPLES, derandomize=True, database=None, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_single_bit_flip_in_a_whole_real_log_is_caught_and_keeps_the_rest(restarts_log, data):
+    """The same anywhere in the 221 kB log, sampled: a fixed sequence of examples by default,
+    KRAFTLAKE_BIT_FLIP_EXAMPLES for more."""
+    original, truth = restarts_log
+    skipped = unverifiable(original)
+    position = data.draw(st.integers(0, len(original) - 1).filter(lambda p: p not in skipped))
+    assert_flip_is_caught(original, truth, position, data.draw(st.integers(0, 7)))
 
 
 def test_strict_reading_raises_with_the_location(fixtures_dir, tmp_path):

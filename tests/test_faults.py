@@ -163,9 +163,10 @@ def test_a_controller_killed_before_spark_wrote_its_checkpoint_starts_again(tmp_
         streaming.check_start(warehouse, checkpoint)
 
 
-def test_running_out_of_memory_is_said_with_the_remedy(tmp_path: Path) -> None:
+def test_a_java_heap_space_error_in_a_query_failure_is_told_as_out_of_memory_with_the_remedy(tmp_path: Path) -> None:
     """Found by the soak run: a backlog of 200,000 requests in one micro-batch exhausted a 1 GB driver
-    heap, and every restart re-ran the same planned batch into the same error, shown as a stack trace."""
+    heap, and every restart re-ran the same planned batch into the same error, shown as a stack trace.
+    Nothing runs out of memory here: the failure text Spark gave then is turned into the message."""
     error = ("An exception was raised by the Python Proxy ... Caused by: org.apache.spark.SparkException: Job "
              "aborted\\n\\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages\n"
              "java.lang.OutOfMemoryError: Java heap space\n\tat java.base/java.util.Arrays.copyOf(Arrays.java:3537)")

@@ -478,10 +478,11 @@ def topic_config(resource: str, resource_type: int = 2, value: str = "1") -> dic
 
 @pytest.mark.parametrize("event, error, words", [
     (topic_record("t" * 249), None, None),
-    (topic_record("t" * 250), "INVALID_TOPIC_EXCEPTION", "can't be longer than 249 characters"),
-    (topic_record("bad name!"), "INVALID_TOPIC_EXCEPTION", "contains a character other than ASCII alphanumerics"),
-    (topic_record(".."), "INVALID_TOPIC_EXCEPTION", 'cannot be "." or ".."'),
-    (topic_config("$(touch /tmp/x)"), "INVALID_TOPIC_EXCEPTION", "Topic name \"$(touch /tmp/x)\" is illegal"),
+    (topic_record("t" * 250), "INVALID_TOPIC_EXCEPTION", "is longer than the max allowed length 249"),
+    (topic_record("bad name!"), "INVALID_TOPIC_EXCEPTION",
+     "contains one or more characters other than ASCII alphanumerics"),
+    (topic_record(".."), "INVALID_TOPIC_EXCEPTION", "Topic name is invalid: '..' is not allowed"),
+    (topic_config("$(touch /tmp/x)"), "INVALID_TOPIC_EXCEPTION", "Topic name is invalid: '$(touch /tmp/x)' contains"),
     (topic_config("1", resource_type=4), None, None),  # a broker's configs: not a topic name
     (topic_config("orders", value="v" * 32_767), None, None),
     (topic_config("orders", value="v" * 32_768), "INVALID_REQUEST", "a Kafka string holds at most 32,767"),
@@ -504,7 +505,7 @@ def test_a_40_mb_topic_name_is_rejected_and_so_is_an_illegal_name_in_a_log(tmp_p
     read, rejections = split(events_mod.read_json_lines(path))
     assert [e["data"]["Name"] for e in read] == ["orders"]
     assert [(r.position, r.error) for r in rejections] == [(2, "MESSAGE_TOO_LARGE"), (3, "INVALID_TOPIC_EXCEPTION")]
-    assert 'Topic name "\\x1b[2Jé" is illegal' in rejections[1].reason  # a terminal escape, escaped
+    assert "Topic name is invalid: '\\x1b[2Jé' contains" in rejections[1].reason  # a terminal escape, escaped
     segment = encode_events([topic_record("orders"), topic_record("a/b"), NOOP])
     decoded, (r,) = split(decode_buffer(segment, "names.log"))
     assert [e["type"] for e in decoded] == ["TopicRecord", "NoOpRecord"]

@@ -4,12 +4,12 @@ real Kafka logs in ../shared/fixtures/kafka-logs against their independently com
 from __future__ import annotations
 
 import json
-import time
 import zlib
 from pathlib import Path
 
 import pytest
 
+from kraftlake import codec
 from kraftlake.metadata import uuids
 from kraftlake.image.cluster_image import (DIR_MIGRATING, DIR_UNASSIGNED, Acl, ClusterImage, DelegationToken, Endpoint,
     PartitionRegistration, ScramCredential, SupportedFeature, Voter, VoterRegistration)
@@ -614,20 +614,18 @@ def test_copy_is_independent():
     assert image == _rich_image()
 
 
-def test_a_10k_partition_image_is_small_and_quick_to_serialise(cluster):
+def test_a_10k_partition_image_serialises_to_under_200_kb_and_back_unchanged(cluster):
     for p in range(1, 10_000):
         partition(cluster, p, replicas=(p % 3 + 1, (p + 1) % 3 + 1), leader=p % 3 + 1, version=1,
                   Directories=[DIR_A, DIR_B], offset=p)
-    started = time.perf_counter()
     raw = cluster.to_bytes()
     assert ClusterImage.from_bytes(raw) == cluster
     assert len(raw) < 200_000, len(raw)
-    assert time.perf_counter() - started < 5
 
 
 # --- the real logs -----------------------------------------------------------------------------
 
-FIXTURE_NAMES = ["single-broker-shutdown", "single-broker-snapshot", "single-broker-restarts"]
+FIXTURE_NAMES = ["single-broker-shutdown", "single-broker-snapshot", "single-broker-restarts", "three-brokers-restarts"]
 
 
 def _replay_all(events, results: list | None = None) -> ClusterImage:
@@ -661,7 +659,6 @@ def _as_oracle(image: ClusterImage) -> dict:
 
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
 def test_real_log_replays_to_the_independent_image(name):
-    codec = pytest.importorskip("kraftlake.codec")
     expected = json.loads((FIXTURES / name / "expected-image.json").read_text())
     results = []
     image = _replay_all(codec.read_partition_dir(FIXTURES / name / "__cluster_metadata-0"), results)
@@ -672,6 +669,8 @@ def test_real_log_replays_to_the_independent_image(name):
     elections = [after for r in results for before, after in r.partition_changes
                  if before and after and after.leader_epoch != before.leader_epoch]
     assert len(elections) == expected["leader_changes"]
+    # the oracle counts the config entries the log leaves (ConfigRecords net of deletions)
+    assert sum(len(entries) for entries in image.configs.values()) == expected["configs"]
     assert ClusterImage.from_bytes(image.to_bytes()) == image
 
 
@@ -680,7 +679,6 @@ def test_snapshot_fixture_isr_is_empty_because_elr_took_the_last_replica():
     went into controlled shutdown, the controller wrote PartitionChangeRecord v2 with Isr [],
     Leader -1 and EligibleLeaderReplicas [1]: the replica left the ISR for the ELR instead of
     staying as the last ISR member (as it does in single-broker-shutdown, which predates ELR)."""
-    codec = pytest.importorskip("kraftlake.codec")
     image = _replay_all(codec.read_partition_dir(FIXTURES / "single-broker-snapshot" / "__cluster_metadata-0"))
     assert image.features["eligible.leader.replicas.version"] == 1
     assert {(p.isr, p.elr, p.leader) for p in image.iter_partitions()} == {((), (1,), -1)}
@@ -690,7 +688,6 @@ def test_snapshot_fixture_isr_is_empty_because_elr_took_the_last_replica():
 
 
 def test_snapshot_then_tail_equals_the_whole_segment():
-    codec = pytest.importorskip("kraftlake.codec")
     directory = FIXTURES / "single-broker-snapshot" / "__cluster_metadata-0"
     from_snapshot = _replay_all(codec.read_partition_dir(directory))
     from_segment = _replay_all(codec.decode_file(directory / "00000000000000000000.log"))
@@ -699,7 +696,6 @@ def test_snapshot_then_tail_equals_the_whole_segment():
 
 
 def test_restarts_fixture_quorum_state():
-    codec = pytest.importorskip("kraftlake.codec")
     image = _replay_all(codec.read_partition_dir(FIXTURES / "single-broker-restarts" / "__cluster_metadata-0"))
     assert (image.quorum.leader_id, image.quorum.leader_epoch) == (1, 6)
     assert image.quorum.voters == (Voter(1, uuids.ZERO_UUID),)

@@ -57,7 +57,8 @@ def batch_layout(buf: bytes) -> list[tuple[int, int, int, int]]:
 
 @pytest.mark.parametrize("name,full_history", [("single-broker-shutdown", False),
                                                ("single-broker-restarts", False),
-                                               ("single-broker-snapshot", True)])
+                                               ("single-broker-snapshot", True),
+                                               ("three-brokers-restarts", False)])
 def test_real_logs_land_with_the_oracles_record_counts(fixtures_dir, tmp_path, name, full_history):
     tables = DeltaRsTables(str(tmp_path / "w"))
     summary = ingest.ingest_source(tables, str(fixtures_dir / name / "__cluster_metadata-0"),

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from streaming_helpers import REPO_ROOT, at_once, generate_log, plain, wait_for
+from streaming_helpers import REPO_ROOT, at_once, generate_log, kill_seed, plain, wait_for
 from kraftlake.storage import DeltaRsTables
 from kraftlake.storage.ingest import ingest, ingest_source
 
@@ -72,32 +72,66 @@ def rows(tables: DeltaRsTables, name: str) -> list[dict]:
                   key=lambda r: json.dumps(r, sort_keys=True, default=repr))
 
 
-def test_ingest_killed_at_random_moments_then_run_again_ends_exact(tmp_path: Path) -> None:
-    sources = [str(write_source(tmp_path / f"source-{i}.jsonl", seed=30 + i, size=1500)) for i in range(4)]
-    command = [sys.executable, "-c", INGEST.format(lib=str(REPO_ROOT / "lib")), str(tmp_path / "killed"), *sources]
+def commits(root: Path) -> int:
+    """Versions of ``metadata_log`` committed so far (its Delta log's JSON files, the table's creation
+    included)."""
+    return len(list((root / "metadata_log" / "_delta_log").glob("*.json")))
+
+
+def shortest_gap(root: Path) -> float:
+    """The shortest time between two successive data commits of ``metadata_log`` (the work one commit
+    covers; the process's start-up before the first is left out, so a kill aimed within it lands)."""
+    times = sorted(p.stat().st_mtime for p in (root / "metadata_log" / "_delta_log").glob("*.json"))
+    return min(later - earlier for earlier, later in zip(times[1:], times[2:]))
+
+
+def test_ingest_killed_after_drawn_commits_then_run_again_ends_exact(tmp_path: Path) -> None:
+    """Each kill is aimed at a drawn moment after a drawn commit of ``metadata_log`` that leaves work to
+    do, and the test checks it landed there: the process still running when SIGKILL came, ended by it,
+    and the table holding at least that commit and not yet all of them."""
+    sources = [str(write_source(tmp_path / f"source-{i}.jsonl", seed=30 + i, size=1500)) for i in range(6)]
+    killed_root = tmp_path / "killed"
+    command = [sys.executable, "-c", INGEST.format(lib=str(REPO_ROOT / "lib")), str(killed_root), *sources]
 
     started = time.monotonic()
     uninterrupted = subprocess.run([*command[:3], str(tmp_path / "uninterrupted"), *sources], capture_output=True,
                                    text=True, timeout=300)
     assert uninterrupted.stdout == "done\n", uninterrupted.stderr
     duration = time.monotonic() - started
+    total = commits(tmp_path / "uninterrupted")
+    gap = shortest_gap(tmp_path / "uninterrupted")
+    assert total >= 4, f"{total} commits leave too few places to kill at"
 
-    seed = int.from_bytes(os.urandom(4), "big")
+    seed = kill_seed(20251125)
     rng = random.Random(seed)
     kills = []
-    for _ in range(3):
+    while len(kills) < 3 and commits(killed_root) + 1 <= total - 1:
+        target = rng.randint(commits(killed_root) + 1, total - 1)  # a commit after which a source is left
+        delay = rng.uniform(0.0, 0.5 * gap)  # into the work that follows it
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        delay = rng.uniform(0.0, duration)
-        finished = wait_for(lambda: process.poll() is not None, delay)
-        if not finished:
+        try:
+            assert wait_for(lambda: commits(killed_root) >= target or process.poll() is not None, 120,
+                            every=0.005)
+            time.sleep(delay)
+            running = process.poll() is None
             os.kill(process.pid, signal.SIGKILL)
-            kills.append(round(delay, 2))
-        process.wait(30)
+            process.wait(30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(30)
+        landed = commits(killed_root)
+        where = (f"seed {seed}: kill {len(kills) + 1} aimed {delay:.3f} s after commit {target} of {total} "
+                 f"(commits {gap:.3f} s apart at least)")
+        assert running and process.returncode == -signal.SIGKILL, f"{where}, but the process had exited"
+        assert target <= landed < total, f"{where}, but it landed after commit {landed}"
+        kills.append((target, landed))
+    assert len(kills) >= 2, f"seed {seed}: only {kills}"
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.stdout == "done\n", again.stderr
 
-    killed, reference = DeltaRsTables(str(tmp_path / "killed")), DeltaRsTables(str(tmp_path / "uninterrupted"))
-    what = f"seed {seed}: killed after {kills} s (an uninterrupted run takes {duration:.1f} s)"
+    killed, reference = DeltaRsTables(str(killed_root)), DeltaRsTables(str(tmp_path / "uninterrupted"))
+    what = f"seed {seed}: killed after commits {kills} (an uninterrupted run takes {duration:.1f} s)"
     for name in ("metadata_log", "rejected"):
         assert rows(killed, name) == rows(reference, name), f"{name} differs; {what}"
     assert ingest(killed, sources)[0].status == "already ingested"

@@ -178,8 +178,9 @@ MISTAKES = [
     ("reassign --warehouse {w} --verify no-such-plan.json", USAGE, "reassign: no-such-plan.json: No such file or directory"),
     ("simulate --warehouse {w} --mix crash=lots", USAGE, "simulate: mix: 'crash=lots' is not NAME=WEIGHT with NAME one "
                                                          "of crash, rolling_restart, preferred_election, reassign, "
-                                                         "cancel_reassignment, delete_topic, create_topic and "
-                                                         "WEIGHT a number >= 0"),
+                                                         "cancel_reassignment, delete_topic, create_topic, "
+                                                         "create_partitions, list_reassignments, unclean_election, "
+                                                         "unregister and WEIGHT a number >= 0"),
 ]
 
 

@@ -84,7 +84,7 @@ BASE_STATES = _base_states()
 QUORUM = simulate(4, SimConfig(voters=3, observers=1, alter_every_ms=1500, crash_every_ms=2000, resign_every_ms=1500,
                                duration_ms=6000))
 QUORUM_END = max(e["timestamp"] for e in QUORUM.traffic)
-# the KIP-595 draft's messages (ADR 0011) occur in its bootstrapping example
+# the KIP-595 draft's messages (ADR 0012) occur in its bootstrapping example
 DRAFT_TRAFFIC = simulate(1, DRAFT_BOOTSTRAP_MIX).traffic
 QUORUM_KNOWN = Known(
     ids=[1, 2, 3, 4], epochs=sorted({r.node.epoch for r in QUORUM.replicas.values()}),

@@ -1,4 +1,4 @@
-"""The KIP-595 draft's quorum (issue 24, ADR 0011), point by point as the draft says it.
+"""The KIP-595 draft's quorum (issue 24, ADR 0012), point by point as the draft says it.
 
 Sections cited are those of the draft of KIP-595, "A Raft Protocol for the Metadata Quorum" (the 2020
 wiki revisions with FindQuorum, later DiscoverBrokers, VoterAssignmentMessage and AlterQuorum):

@@ -21,7 +21,7 @@ from typing import Callable
 import pyarrow.compute as pc
 import pytest
 from chispa import assert_df_equality
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
 
@@ -37,14 +37,18 @@ from streaming_helpers import (
     assert_same_tables,
     generate_log,
     ingest_jsonl,
+    kill_seed,
     committed_batches,
     committed_offset,
     controller_command,
     controller_env,
     kill_controller_when,
     logged_events,
+    reference_decisions,
     reference_tables,
     run_controller,
+    simulated_requests,
+    warehouse_decisions,
     warehouse_tables,
     write_jsonl,
 )
@@ -77,7 +81,8 @@ def _expected_frames(spark: SparkSession, image: dict) -> dict[str, DataFrame]:
             "partitions": spark.createDataFrame(partitions, PARTITIONS_DDL)}
 
 
-@pytest.mark.parametrize("name", ["single-broker-shutdown", "single-broker-snapshot", "single-broker-restarts"])
+@pytest.mark.parametrize("name", ["single-broker-shutdown", "single-broker-snapshot", "single-broker-restarts",
+                                  "three-brokers-restarts"])
 def test_real_log_ends_in_the_clusters_own_image(name: str, spark: SparkSession, fixtures_dir: Path,
                                                  tmp_path: Path) -> None:
     fixture = fixtures_dir / name
@@ -89,6 +94,7 @@ def test_real_log_ends_in_the_clusters_own_image(name: str, spark: SparkSession,
     for table, keys in [("brokers", ["broker_id"]), ("topics", ["topic_id"]), ("partitions", ["topic_id", "partition"])]:
         actual = warehouse.read_df(table).select(*expected[table].columns)
         assert_df_equality(actual.orderBy(*keys), expected[table].orderBy(*keys), ignore_nullable=True)
+    assert warehouse.read_df("configs").count() == json.loads((fixture / "expected-image.json").read_text())["configs"]
 
 
 # --- generated logs -------------------------------------------------------------------------------
@@ -137,20 +143,53 @@ def test_one_record_per_batch_equals_one_batch_and_the_core(spark: SparkSession,
     assert_matches_the_generator(results[None], log)
 
 
-@settings(max_examples=3, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), size=st.integers(12, 30), limit=st.integers(1, 10),
+# each example is one streaming run, about 6 s plus 1 s per micro-batch on two cores
+STREAMING_EXAMPLES = int(os.environ.get("KRAFTLAKE_STREAMING_EXAMPLES", "4"))
+EXAMPLES = settings(max_examples=STREAMING_EXAMPLES, derandomize=True, database=None, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+@EXAMPLES
+@given(seed=st.integers(0, 2**32 - 1), size=st.integers(30, 120), batches=st.integers(1, 5),
        shards=st.integers(1, 4))
 def test_random_logs_in_random_batches_equal_the_core(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory,
-                                                      seed: int, size: int, limit: int, shards: int) -> None:
+                                                      seed: int, size: int, batches: int, shards: int) -> None:
+    """Generated logs of records (broken ones among them) in one micro-batch or several: the tables of
+    ``replay_log`` and the generator's own model. A fixed sequence of examples by default;
+    KRAFTLAKE_STREAMING_EXAMPLES for more."""
     root = tmp_path_factory.mktemp("property")
     log = generate_log(seed, size)
     warehouse = Warehouse(str(root / "warehouse"), spark=spark)
     ingest_jsonl(warehouse, write_jsonl(log.events, root / "log.jsonl"))
+    limit = -(-len(log.events) // batches)
     run_controller(warehouse, root / "checkpoint", shards, limit)
     tables = warehouse_tables(warehouse)
     assert_same_tables(tables, reference_tables(logged_events(warehouse), shards),
                        f"seed {seed}, {limit} records per batch, {shards} shards")
     assert_matches_the_generator(tables, log)
+
+
+@EXAMPLES
+@given(seed=st.integers(0, 2**32 - 1), size=st.integers(150, 300), batches=st.integers(1, 5),
+       shards=st.integers(1, 4))
+def test_random_request_logs_in_random_batches_decide_as_the_core(
+        spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, seed: int, size: int, batches: int,
+        shards: int) -> None:
+    """Logs of requests of every kind the controller decides (a simulated cluster's, every operation on):
+    the streaming job, in one micro-batch or several, writes exactly the records, answers and tables of
+    ``replay_log`` (stream == batch == core). A fixed sequence of examples by default;
+    KRAFTLAKE_STREAMING_EXAMPLES for more."""
+    root = tmp_path_factory.mktemp("requests")
+    events = simulated_requests(seed, size)
+    warehouse = Warehouse(str(root / "warehouse"), spark=spark)
+    ingest_jsonl(warehouse, write_jsonl(events, root / "log.jsonl"))
+    limit = -(-size // batches)
+    run_controller(warehouse, root / "checkpoint", shards, limit)
+    what = f"seed {seed}, {size} requests, {limit} per batch, {shards} shards"
+    assert len(committed_batches(root / "checkpoint")) == -(-size // limit), what  # as many micro-batches
+    logged = logged_events(warehouse)
+    assert_same_tables(warehouse_decisions(warehouse), reference_decisions(logged, shards), what)
+    assert_same_tables(warehouse_tables(warehouse), reference_tables(logged, shards), what)
 
 
 def test_restart_reads_only_rows_appended_since(spark: SparkSession, tmp_path: Path) -> None:
@@ -236,8 +275,8 @@ def test_sigkill_mid_run_twice_then_restart_ends_as_an_uninterrupted_run(spark: 
                          tmp_path / "controller-killed.log", aim=lambda: _sink_ahead_of_checkpoint(killed, checkpoint))
     done_at_kill = committed_batches(checkpoint)
     assert len(done_at_kill) < batches, f"killed after all {batches} batches, not mid-run"
-    # and at a random moment of a random micro-batch of the restarted run
-    seed = int.from_bytes(os.urandom(4), "big")
+    # and at a drawn moment of a drawn micro-batch of the restarted run (KRAFTLAKE_KILL_SEED for another draw)
+    seed = kill_seed(3)
     rng = random.Random(seed)
     target, fraction = len(done_at_kill) + rng.randint(1, 3), rng.random()
     commit_times = sorted((checkpoint / "commits" / str(b)).stat().st_mtime for b in done_at_kill)
@@ -248,6 +287,8 @@ def test_sigkill_mid_run_twice_then_restart_ends_as_an_uninterrupted_run(spark: 
     done_at_second_kill = committed_batches(checkpoint)
     kills = (f"killed after batch {done_at_kill[-1]}, then {fraction:.2f} of a batch ({batch_seconds:.2f} s) after "
              f"batch {target - 1} (seed {seed}; {len(done_at_second_kill)} batches committed by then)")
+    # where the second kill was aimed: in or after the drawn batch, and before the run's last one
+    assert target <= len(done_at_second_kill) < batches, kills
 
     # the rest in micro-batches of any size: the batch cut short is re-run as planned, then come larger ones
     restarted = subprocess.run(controller_command(killed, 1000), cwd=REPO_ROOT, env=controller_env(),

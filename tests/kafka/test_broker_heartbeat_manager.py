@@ -56,10 +56,9 @@ def test_calculate_next_broker_state_unfenced_without_leaderships():
     assert c.partition(T1)[1] == [2] and c.broker(1).fenced and not c.broker(1).in_controlled_shutdown
 
 
-def test_calculate_next_broker_state_controlled_shutdown():
-    """testCalculateNextBrokerState, CONTROLLED_SHUTDOWN: it may shut down only once every active
-    broker has caught up with the records that started its shutdown (lowestActiveOffset); a lagging
-    broker holds it until that broker is fenced."""
+def shutting_down_behind_a_lagging_broker() -> tuple[Controller, int]:
+    """Broker 3 leads and begins a controlled shutdown at offset ``started``; broker 1 has seen that
+    offset, broker 2 only the one before; 3 has asked again since, so it must wait."""
     c = Controller()
     c.start(1, 2, 3)
     c.topic(T1, "t", [[3, 1, 2]])
@@ -69,9 +68,77 @@ def test_calculate_next_broker_state_controlled_shutdown():
     c.heartbeat(2, offset=started - 1)  # 2 has not seen the shutdown's records yet
     resp = c.heartbeat(3, shutdown=True)
     assert (resp["IsFenced"], resp["ShouldShutDown"]) == (False, False)
+    return c, started
+
+
+def test_calculate_next_broker_state_controlled_shutdown():
+    """testCalculateNextBrokerState, CONTROLLED_SHUTDOWN: it may shut down only once every active
+    broker has caught up with the records that started its shutdown (lowestActiveOffset); a lagging
+    broker holds it until that broker is fenced."""
+    c, _ = shutting_down_behind_a_lagging_broker()
     c.heartbeat(2, fence=True)
     resp = c.heartbeat(3, shutdown=True)
     assert (resp["IsFenced"], resp["ShouldShutDown"]) == (True, True)
+
+
+def test_controlled_shutdown_offset_is_only_updated_once():
+    """BrokerHeartbeatManagerTest.testControlledShutdownOffsetIsOnlyUpdatedOnce: the offset a broker's
+    controlled shutdown waits for is the end of the batch of the heartbeat that began it
+    (``processBatchEndOffset``: here the heartbeat's own offset, which all its records carry); the
+    heartbeats after it do not move it, so the lagging broker reaching that offset is enough."""
+    c, started = shutting_down_behind_a_lagging_broker()
+    c.heartbeat(2, offset=started)
+    resp = c.heartbeat(3, shutdown=True)
+    assert (resp["IsFenced"], resp["ShouldShutDown"]) == (True, True)
+
+
+def elected_again_while_shutting_down() -> Controller:
+    """Broker 3 begins a controlled shutdown at metadata.version 3.3-IV2, where the state is not persisted
+    and so does not keep it from leading (``isActive``): its leader 1 takes it back into the ISR, a
+    preferred election makes it leader again, and brokers 1 and 2 catch up with all of it."""
+    c = Controller(metadata_version=6)
+    c.start(1, 2, 3)
+    c.topic(T1, "t", [[3, 1, 2]])
+    assert c.heartbeat(3, shutdown=True)["ShouldShutDown"] is False
+    assert c.leads(3) == [] and not c.broker(3).in_controlled_shutdown
+    p = c.image.partition(T1, 0)
+    resp = c.request("AlterPartitionRequest", BrokerId=1, BrokerEpoch=c.broker(1).epoch, Topics=[{
+        "TopicId": T1, "Partitions": [{"PartitionIndex": 0, "LeaderEpoch": p.leader_epoch,
+                                       "PartitionEpoch": p.partition_epoch, "LeaderRecoveryState": 0,
+                                       "NewIsrWithEpochs": [{"BrokerId": b, "BrokerEpoch": -1} for b in (1, 2, 3)]}]}])
+    assert resp["Topics"][0]["Partitions"][0]["ErrorCode"] == 0
+    resp = c.request("ElectLeadersRequest", ElectionType=0, TimeoutMs=1000,
+                     TopicPartitions=[{"Topic": "t", "Partitions": [0]}])
+    assert resp["ReplicaElectionResults"][0]["PartitionResult"][0]["ErrorCode"] == 0
+    assert c.leads(3) == [(T1, 0)]
+    c.heartbeat(1)
+    c.heartbeat(2)
+    return c
+
+
+def test_calculate_next_broker_state_controlled_shutdown_while_leading():
+    """testCalculateNextBrokerState, CONTROLLED_SHUTDOWN with leaderships: a broker that still leads
+    stays in controlled shutdown though every active broker has caught up (``hasLeaderships`` is asked
+    before ``lowestActiveOffset``); once it leads nothing it shuts down."""
+    c = elected_again_while_shutting_down()
+    resp = c.heartbeat(3, shutdown=True)
+    assert (resp["IsFenced"], resp["ShouldShutDown"]) == (False, False) and c.records == []
+    resp = c.request("AlterPartitionReassignmentsRequest", TimeoutMs=1000, Topics=[
+        {"Name": "t", "Partitions": [{"PartitionIndex": 0, "Replicas": [1, 2]}]}])
+    assert resp["Responses"][0]["Partitions"][0]["ErrorCode"] == 0 and c.leads(3) == []
+    resp = c.heartbeat(3, shutdown=True)
+    assert (resp["IsFenced"], resp["ShouldShutDown"]) == (True, True)
+
+
+def test_with_several_shards_a_broker_elected_again_is_fenced_with_its_leaderships():
+    """Departure (ADR 0007): one shard of several cannot tell whether the broker leads a partition of
+    another, so it does not ask; the shutdown ends once every active broker has caught up, and the
+    fencing moves the leadership as a session expiry would."""
+    c = elected_again_while_shutting_down()
+    c.whole_image = False
+    resp = c.heartbeat(3, shutdown=True)
+    assert (resp["IsFenced"], resp["ShouldShutDown"]) == (True, True)
+    assert types(c.records) == ["PartitionChangeRecord", "BrokerRegistrationChangeRecord"] and c.leads(3) == []
 
 
 def test_usable_broker_iterator():

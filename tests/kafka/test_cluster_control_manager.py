@@ -43,11 +43,16 @@ def register_record(broker_id: int, epoch: int = 100, version: int = 3, **fields
 
 @pytest.mark.parametrize("mv", [1, 6])  # 3.0-IV1, 3.3-IV2
 def test_replay(mv):
-    """ClusterControlManagerTest.testReplay: a broker epoch is checked, and fencing is replayed from
+    """ClusterControlManagerTest.testReplay: a broker epoch is checked (100 accepted, 101 and another
+    broker's refused), and fencing is replayed from
     Fence/UnfenceBrokerRecord before 3.3-IV2 and from BrokerRegistrationChangeRecord after."""
     c = Controller(metadata_version=mv)
     c.log(register_record(1, version=0))
     assert not unfenced(c.image, 0) and not unfenced(c.image, 1)
+    # checkBrokerEpoch(1, 100) passes; (1, 101) and (2, 100) are stale. The heartbeat is the request that
+    # checks it; WantFence keeps the broker fenced, as a check alone would.
+    resp = c.request("BrokerHeartbeatRequest", BrokerId=1, BrokerEpoch=100, CurrentMetadataOffset=0, WantFence=True)
+    assert (resp["ErrorCode"], resp["IsFenced"]) == (0, True)
     for broker_id, epoch in ((1, 101), (2, 100)):
         resp = c.request("BrokerHeartbeatRequest", BrokerId=broker_id, BrokerEpoch=epoch, CurrentMetadataOffset=0)
         assert resp["ErrorCode"] == error_code("STALE_BROKER_EPOCH")
@@ -77,24 +82,6 @@ def test_the_controller_writes_the_fencing_records_of_its_metadata_version(mv, f
         assert c.records[0]["data"] == {"Id": 1, "Epoch": epoch}
     assert c.heartbeat(1, fence=True)["IsFenced"] is True
     assert types(c.records) == [fence] and c.broker(1).fenced
-
-
-@pytest.mark.parametrize("mv, persisted", [(6, False), (7, True)])  # 3.3-IV2, 3.3-IV3
-def test_controlled_shutdown_is_persisted_from_3_3_iv3(mv, persisted):
-    """ReplicationControlManager.handleBrokerInControlledShutdown: the InControlledShutdown change is
-    written only where the metadata.version has the state (isInControlledShutdownStateSupported); the
-    leaderships move either way."""
-    c = Controller(metadata_version=mv)
-    for broker_id in (1, 2):
-        assert c.register(broker_id, features=[("metadata.version", 1, 19)])["ErrorCode"] == 0
-        c.heartbeat(broker_id)
-    c.topic(uuids.from_bytes(bytes([1] * 16)), "t", [[1, 2]])
-    resp = c.heartbeat(1, shutdown=True)
-    assert (resp["IsFenced"], resp["ShouldShutDown"]) == (False, False)
-    expected = (["BrokerRegistrationChangeRecord"] if persisted else []) + ["PartitionChangeRecord"]
-    assert types(c.records) == expected
-    assert c.broker(1).in_controlled_shutdown is persisted
-    assert c.leads(1) == []
 
 
 def test_replay_register_broker_record():

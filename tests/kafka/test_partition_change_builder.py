@@ -92,18 +92,62 @@ def test_elect_leader(version):
     assert leader_of(BAZ, version, lambda r: True, election=Election.UNCLEAN) == 3
 
 
+# KAFKA-16624 replaced testTriggerLeaderEpochBumpIfNeeded by one test per case, each at the metadata
+# versions it names: 3.4-IV0, 3.5-IV2, 3.6-IV0, 3.7-IV2, 4.0-IV0 as Kafka's MetadataVersion levels.
+MV_NAMED = {"3.4-IV0": 8, "3.5-IV2": 11, "3.6-IV0": 12, "3.7-IV2": 17, "4.0-IV0": 22}
+
+
+def foo_at(mv_name: str, **kw) -> dict | None:
+    """``createFooBuilder(metadataVersion)``: FOO, leaders other than 3 acceptable, ELR as the level has
+    it (none of these levels has it)."""
+    return change_partition(FOO, not3, mv=MV_NAMED[mv_name], min_isr=2, **kw)
+
+
 @pytest.mark.parametrize("version", VERSIONS)
-def test_trigger_leader_epoch_bump_if_needed(version):
-    """PartitionChangeBuilderTest.testTriggerLeaderEpochBumpIfNeeded: an ISR shrink or expansion keeps
-    the leader epoch (from 3.6); a replica added does not bump it; before 3.6 a shrink does
-    (KAFKA-15021). (The ZooKeeper-migration variant, testLeaderEpochBumpZkMigration, has no
-    counterpart: Kafka 4 has no ZooKeeper mode.)"""
+def test_no_leader_epoch_bump_if_nothing_changed(version):
+    """PartitionChangeBuilderTest.testNoLeaderEpochBumpIfNothingChanged: no change, no record."""
     assert build(FOO, version) is None
-    assert changed(build(FOO, version, isr=[2, 1])) == {"Isr": [2, 1]}
-    assert changed(build(FOO, version, isr=[2, 1, 3, 4])) == {"Isr": [2, 1, 3, 4]}
-    assert "Leader" not in changed(build(FOO, version, replicas=[2, 1, 3, 4]))
-    old = change_partition(FOO, not3, isr=[2, 1], mv=11)  # 3.5-IV2
-    assert (old["data"]["Leader"], old["data"]["Isr"]) == (1, [2, 1])
+
+
+@pytest.mark.parametrize("mv", ["3.6-IV0", "3.7-IV2", "4.0-IV0"])
+def test_no_leader_epoch_bump_on_isr_shrink(mv):
+    """PartitionChangeBuilderTest.testNoLeaderEpochBumpOnIsrShrink: from 3.6 a shrink keeps the leader
+    epoch."""
+    assert changed(foo_at(mv, isr=[2, 1])) == {"Isr": [2, 1]}
+
+
+@pytest.mark.parametrize("mv", ["3.4-IV0", "3.5-IV2"])
+def test_leader_epoch_bump_on_isr_shrink(mv):
+    """PartitionChangeBuilderTest.testLeaderEpochBumpOnIsrShrink: before 3.6 a shrink bumps the leader
+    epoch, by naming the current leader (KAFKA-15021)."""
+    assert changed(foo_at(mv, isr=[2, 1])) == {"Isr": [2, 1], "Leader": 1}
+
+
+@pytest.mark.parametrize("mv", list(MV_NAMED))
+def test_no_leader_epoch_bump_on_isr_expansion(mv):
+    """PartitionChangeBuilderTest.testNoLeaderEpochBumpOnIsrExpansion: an expansion never bumps it."""
+    assert changed(foo_at(mv, isr=[2, 1, 3, 4])) == {"Isr": [2, 1, 3, 4]}
+
+
+@pytest.mark.parametrize("mv", list(MV_NAMED))
+def test_leader_epoch_bump_on_new_replica_set_disjoint(mv):
+    """PartitionChangeBuilderTest.testLeaderEpochBumpOnNewReplicaSetDisjoint: replicas [2, 1, 4] drop
+    replica 3, so the leader epoch is bumped at every level (Leader set to the current leader, 1)."""
+    rec = foo_at(mv, replicas=[2, 1, 4])
+    assert rec["data"]["Leader"] == 1 and rec["data"]["Replicas"] == [2, 1, 4]
+
+
+@pytest.mark.parametrize("mv", ["3.4-IV0", "3.5-IV2", "3.6-IV0", "3.7-IV2"])
+def test_no_leader_epoch_bump_on_empty_target_isr(mv):
+    """PartitionChangeBuilderTest.testNoLeaderEpochBumpOnEmptyTargetIsr (the KAFKA-16624 regression):
+    the ISR is the one replica, 2, and the target ISR is empty, which no level without ELR allows, so the
+    ISR cannot change and its shrink must not bump the leader epoch. Kafka calls
+    ``triggerLeaderEpochBumpForIsrShrinkIfNeeded`` alone on an empty record and checks it sets no
+    leader; ``change_partition`` has no separate step, so the case is the one the fix was for, whole: the
+    partition already offline (leader -1, as its broker's first fencing left it) and its broker fenced
+    again, where older levels wrote a useless record that only bumped the leader epoch."""
+    offline = part(FOO_ID, [2], [2], -1, directories=["dpdvA5AZSWySmnPFTnu5Kw"])
+    assert change_partition(offline, lambda r: r != 2, isr=[], mv=MV_NAMED[mv], min_isr=2) is None
 
 
 @pytest.mark.parametrize("version", VERSIONS)

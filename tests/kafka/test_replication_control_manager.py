@@ -4,9 +4,9 @@ decisions, through the controller in miniature of ``tests/controller_harness.py`
 Kafka's ``ReplicationControlTestContext`` registers brokers by replaying RegisterBrokerRecords (epoch
 100 + id, one directory each), unfences them with heartbeats, puts them in controlled shutdown by
 replaying the change record, fences them by letting their sessions lapse while the others heartbeat,
-and sets topic configs with ConfigRecords. ``Kafka`` below does the same. Replica placement is random
-in both (Kafka's ``MockRandom``, the request offset here), so where Kafka asserts one placement these
-tests assert what any placement must satisfy.
+and sets topic configs with ConfigRecords. ``Kafka`` below does the same. Replica placement is random;
+Kafka's context draws it from one ``MockRandom``, and so do these tests (``kafka_random``: the same
+numbers, in place of the request offset's), so where Kafka asserts one placement they assert it too.
 
 Cases marked "rule" are not in Kafka's test class: they check a rule of Kafka's production code that
 the class does not exercise, named in the docstring.
@@ -14,9 +14,12 @@ the class does not exercise, named in the docstring.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
-from controller_harness import TIMEOUT, Controller, change, ev
+from controller_harness import TIMEOUT, Controller, KafkaMockRandom, change, ev
+from kraftlake.controller import topics
 from kraftlake.controller.cluster_control import take_over
 from kraftlake.controller.decisions import Refused, error_code
 from kraftlake.controller.topics import check_manual_assignment
@@ -95,6 +98,14 @@ class Kafka(Controller):
         return self.image.partition(topic_id, pid)
 
 
+@pytest.fixture
+def kafka_random(monkeypatch: pytest.MonkeyPatch) -> KafkaMockRandom:
+    """``ReplicationControlTestContext.random``: one MockRandom for every placement of the test."""
+    rng = KafkaMockRandom()
+    monkeypatch.setattr(topics, "random", SimpleNamespace(Random=lambda seed: rng))
+    return rng
+
+
 def results(resp: dict) -> dict:
     return {(t["Topic"], p["PartitionId"]): (p["ErrorCode"], p["ErrorMessage"])
             for t in resp["ReplicaElectionResults"] for p in t["PartitionResult"]}
@@ -109,9 +120,11 @@ ELIGIBLE_UNAVAILABLE = (error_code("ELIGIBLE_LEADERS_NOT_AVAILABLE"),
 
 # --- CreateTopics -------------------------------------------------------------------------------------
 
-def test_create_topics():
+def test_create_topics(kafka_random):
     """ReplicationControlManagerTest.testCreateTopics: no broker; then one unfenced broker that the log
-    (not a heartbeat) put in controlled shutdown, so it is placed but cannot be in the ISR; then three."""
+    (not a heartbeat) put in controlled shutdown, so it is placed but cannot be in the ISR; then the three
+    registered again (which ends 0's controlled shutdown) and unfenced: Kafka's placement [1, 2, 0], all
+    three in the ISR, 1 leading."""
     c = Kafka()
     default = [{"Name": "foo", "NumPartitions": -1, "ReplicationFactor": -1, "Assignments": [], "Configs": []}]
 
@@ -129,14 +142,15 @@ def test_create_topics():
     assert (second["ErrorCode"], second["ErrorMessage"]) == (
         error_code("INVALID_REPLICATION_FACTOR"),
         "Unable to replicate the partition 3 time(s): All brokers are currently fenced or in controlled shutdown.")
-    c.unfence_brokers(1, 2)
+    c.register_brokers(0, 1, 2)
+    c.unfence_brokers(0, 1, 2)
     third = create()
     assert (third["ErrorCode"], third["ErrorMessage"], third["NumPartitions"], third["ReplicationFactor"]) == (
         0, None, 1, 3)
     p = c.get(third["TopicId"])
-    assert sorted(p.replicas) == [0, 1, 2] and p.isr == tuple(r for r in p.replicas if r != 0)
-    assert p.leader == p.isr[0] and (p.leader_epoch, p.partition_epoch) == (0, 0)
-    assert p.directories == tuple(broker_dir(r) for r in p.replicas)
+    assert (p.replicas, p.isr, p.leader, p.leader_recovery_state, p.leader_epoch, p.partition_epoch) == (
+        (1, 2, 0), (1, 2, 0), 1, 0, 0, 0)
+    assert p.directories == (broker_dir(1), broker_dir(2), broker_dir(0))
     fourth = create()
     assert (fourth["ErrorCode"], fourth["ErrorMessage"]) == (error_code("TOPIC_ALREADY_EXISTS"),
                                                              "Topic 'foo' already exists.")
@@ -171,9 +185,9 @@ def test_excessive_number_of_topics_cannot_be_created_with_assignments():
     assert {t["ErrorCode"] for t in resp["Topics"]} == {error_code("POLICY_VIOLATION")}
 
 
-def test_create_topics_isr_invariants():
+def test_create_topics_isr_invariants(kafka_random):
     """ReplicationControlManagerTest.testCreateTopicsISRInvariants: 2 is fenced and 1 in controlled
-    shutdown, so only 0 is in the ISR and leads."""
+    shutdown, so of Kafka's placement [1, 0, 2] only 0 is in the ISR and leads."""
     c = Kafka()
     c.register_brokers(0, 1, 2)
     c.unfence_brokers(0, 1)
@@ -184,26 +198,141 @@ def test_create_topics_isr_invariants():
     topic = resp["Topics"][0]
     assert (topic["ErrorCode"], topic["NumPartitions"], topic["ReplicationFactor"]) == (0, 1, 3)
     p = c.get(topic["TopicId"])
-    assert sorted(p.replicas) == [0, 1, 2] and p.isr == (0,) and p.leader == 0
+    assert (p.replicas, p.isr, p.leader, p.leader_recovery_state, p.leader_epoch, p.partition_epoch) == (
+        (1, 0, 2), (0,), 0, 0, 0, 0)
+    assert p.directories == (broker_dir(1), broker_dir(0), broker_dir(2))
 
 
-@pytest.mark.parametrize("name, message", [
-    ("", "Topic name is illegal, it can't be empty"),
-    ("..", 'Topic name cannot be "." or ".."'),
-    ("x" * 250, f"Topic name is illegal, it can't be longer than 249 characters, Topic name: {'x' * 250}"),
-    ("a+b", 'Topic name "a+b" is illegal, it contains a character other than ASCII alphanumerics, '
-            "'.', '_' and '-'"),
-])
-def test_invalid_topic_names(name, message):
-    """Rule: ``Topic.validate`` as Kafka 4 words it (ReplicationControlManager.validateNewTopicNames)."""
+def create_topics(c: Kafka, *names: str) -> dict[str, tuple[int, str | None]]:
+    """(error code, message) per name of one CreateTopicsRequest, one partition of one replica each."""
+    resp = c.request("CreateTopicsRequest", Topics=[{"Name": name, "NumPartitions": 1, "ReplicationFactor": 1,
+                                                     "Assignments": [], "Configs": []} for name in names],
+                     timeoutMs=1000, validateOnly=False)
+    return {t["Name"]: (t["ErrorCode"], t["ErrorMessage"]) for t in resp["Topics"]}
+
+
+def one_broker() -> Kafka:
     c = Kafka()
     c.register_brokers(0)
     c.unfence_brokers(0)
-    resp = c.request("CreateTopicsRequest", Topics=[{"Name": name, "NumPartitions": 1, "ReplicationFactor": 1,
-                                                     "Assignments": [], "Configs": []}],
-                     timeoutMs=1000, validateOnly=False)
-    topic = resp["Topics"][0]
-    assert (topic["ErrorCode"], topic["ErrorMessage"]) == (error_code("INVALID_TOPIC_EXCEPTION"), message)
+    return c
+
+
+def existing_topics(c: Kafka, *names: str) -> None:
+    c.log(*(ev("TopicRecord", Name=name, TopicId=uuids.from_bytes(bytes([0x30 + i] * 16)))
+            for i, name in enumerate(names)))
+
+
+INVALID = error_code("INVALID_TOPIC_EXCEPTION")
+
+
+def test_validate_new_topic_names():
+    """ReplicationControlManagerTest.testValidateNewTopicNames: "" and "." are refused in Kafka 4's
+    words, "woo" is created."""
+    c = one_broker()
+    assert create_topics(c, "", "woo", ".") == {
+        "": (INVALID, "Topic name is invalid: the empty string is not allowed"),
+        "woo": (0, None),
+        ".": (INVALID, "Topic name is invalid: '.' is not allowed")}
+
+
+def test_topic_name_collision():
+    """ReplicationControlManagerTest.testTopicNameCollision: a name equal to an existing one but for '.'
+    versus '_' is refused, naming the first colliding topic in sorted order."""
+    c = one_broker()
+    existing_topics(c, "foo_bar", "woo_bar.foo", "woo.bar.foo")
+    assert create_topics(c, "foo.bar", "woo.bar_foo") == {
+        "foo.bar": (INVALID, "Topic 'foo.bar' collides with existing topic: foo_bar"),
+        "woo.bar_foo": (INVALID, "Topic 'woo.bar_foo' collides with existing topic: woo.bar.foo")}
+
+
+def test_an_existing_name_is_already_there_before_it_collides():
+    """Rule: ``ReplicationControlManager.createTopics`` marks a name that exists TOPIC_ALREADY_EXISTS after
+    ``validateNewTopicNames``, replacing its collision with another topic."""
+    c = one_broker()
+    existing_topics(c, "a.b", "a_b")
+    assert create_topics(c, "a.b") == {"a.b": (error_code("TOPIC_ALREADY_EXISTS"), "Topic 'a.b' already exists.")}
+
+
+def test_a_collision_replaces_an_invalid_name():
+    """Rule: ``validateNewTopicNames`` checks the collision after ``Topic.validate`` has refused the
+    name, and its error is the one kept: "." unifies to "_"."""
+    c = one_broker()
+    existing_topics(c, "_")
+    assert create_topics(c, ".") == {".": (INVALID, "Topic '.' collides with existing topic: _")}
+
+
+def test_should_accept_valid_topic_names():
+    """TopicTest.shouldAcceptValidTopicNames (its random 249-character name: 249 letters)."""
+    names = ["valid", "TOPIC", "nAmEs", "ar6", "VaL1d", "_0-9_.", "...", "x" * 249]
+    c = one_broker()
+    assert create_topics(c, *names) == {name: (0, None) for name in names}
+
+
+def test_should_throw_on_invalid_topic_names():
+    """TopicTest.shouldThrowOnInvalidTopicNames, with the messages of ``Topic.detectInvalidTopic``
+    (Kafka's test checks only that each is refused)."""
+    chars = "contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
+    c = one_broker()
+    assert create_topics(c, "", "foo bar", "..", "foo:bar", "foo=bar", ".", "a" * 250) == {
+        "": (INVALID, "Topic name is invalid: the empty string is not allowed"),
+        "foo bar": (INVALID, f"Topic name is invalid: 'foo bar' {chars}"),
+        "..": (INVALID, "Topic name is invalid: '..' is not allowed"),
+        "foo:bar": (INVALID, f"Topic name is invalid: 'foo:bar' {chars}"),
+        "foo=bar": (INVALID, f"Topic name is invalid: 'foo=bar' {chars}"),
+        ".": (INVALID, "Topic name is invalid: '.' is not allowed"),
+        "a" * 250: (INVALID, f"Topic name is invalid: the length of '{'a' * 250}' is longer than the max "
+                             "allowed length 249")}
+
+
+def test_should_recognize_invalid_characters_in_topic_names():
+    """TopicTest.shouldRecognizeInvalidCharactersInTopicNames. Kafka's names ("Is " + c + "illegal")
+    hold a space already, so each would be refused whatever c is; here the character is the only one."""
+    invalid = ["/", "\\", ",", "\u0000", ":", '"', "'", ";", "*", "?", " ", "\t", "\r", "\n", "="]
+    c = one_broker()
+    refused = create_topics(c, *(f"Is{ch}illegal" for ch in invalid))
+    assert [refused[f"Is{ch}illegal"][0] for ch in invalid] == [INVALID] * len(invalid)
+
+
+def test_the_length_rule_counts_utf16_units():
+    """Rule: ``Topic.detectInvalidTopic`` compares Java's ``String.length()``, in UTF-16 code units: 125
+    characters beyond the BMP are 250 units, over the length limit before the characters are looked at."""
+    name = "\U0001F600" * 125
+    c = one_broker()
+    assert create_topics(c, name) == {name: (INVALID, f"Topic name is invalid: the length of '{name}' is longer "
+                                                      "than the max allowed length 249")}
+
+
+def test_topic_has_collision():
+    """TopicTest.testTopicHasCollision (with testTopicHasCollisionChars and testUnifyCollisionChars): '.'
+    and '_' at the same position collide; at different positions, or with neither, they do not. Each
+    pair is an existing topic and a new one."""
+    periods = [".topic", "to.pic", "topic.", "topic"]
+    underscores = ["_topic", "to_pic", "topic_", "topic"]
+    for old, new in zip(periods[:3], underscores[:3]):
+        c = one_broker()
+        existing_topics(c, old)
+        assert create_topics(c, new) == {new: (INVALID, f"Topic '{new}' collides with existing topic: {old}")}
+    for old, new in zip(periods, reversed(underscores)):
+        c = one_broker()
+        existing_topics(c, old)
+        assert create_topics(c, new) == {new: (0, None)}
+
+
+@pytest.mark.parametrize("mv", [6, 7])  # IBP_3_3_IV2, IBP_3_3_IV3
+def test_process_broker_heartbeat_in_controlled_shutdown(mv):
+    """ReplicationControlManagerTest.testProcessBrokerHeartbeatInControlledShutdown: broker 0 leads foo-0
+    and asks to shut down; from 3.3-IV3 its controlled shutdown is persisted first (v1), then 1 leads
+    with ISR [1, 2]."""
+    c = Kafka(metadata_version=mv)
+    c.register_brokers(0, 1, 2)
+    c.unfence_brokers(0, 1, 2)
+    foo = c.create_test_topic("foo", [[0, 1, 2]])
+    resp = c.heartbeat(0, offset=0, shutdown=True)
+    assert (resp["IsFenced"], resp["ShouldShutDown"]) == (False, False)
+    expected = [change(0, 100, 1, shutdown=1)] if mv >= 7 else []
+    expected.append(ev("PartitionChangeRecord", 0, TopicId=foo, PartitionId=0, Isr=[1, 2], Leader=1))
+    assert c.records == expected
 
 
 # --- ELR (KIP-966) ------------------------------------------------------------------------------------
@@ -641,7 +770,7 @@ def test_delete_topics():
     assert foo not in c.image.topics and (CONFIG_TOPIC, "foo") not in c.image.configs
 
 
-def test_create_partitions():
+def test_create_partitions(kafka_random):
     """ReplicationControlManagerTest.testCreatePartitions: placed and manual additions, and Kafka's
     errors for a decrease, an unknown topic, no change, a replication factor that differs, too few
     assignments and an unregistered broker. A new replica on a broker with one directory lives there."""
@@ -723,9 +852,9 @@ def test_create_partitions_fails_when_all_brokers_are_fenced_or_in_controlled_sh
         "Unable to replicate the partition 2 time(s): All brokers are currently fenced or in controlled shutdown.")
 
 
-def test_create_partitions_isr_invariants():
+def test_create_partitions_isr_invariants(kafka_random):
     """ReplicationControlManagerTest.testCreatePartitionsISRInvariants: 2 fenced, 1 shutting down by the
-    log: the new partition's ISR is 0 alone, which leads."""
+    log: the new partition, placed [0, 1, 2] as in Kafka, has 0 alone in its ISR, leading."""
     c = Kafka()
     c.register_brokers(0, 1, 2)
     c.unfence_brokers(0, 1)
@@ -738,7 +867,7 @@ def test_create_partitions_isr_invariants():
                      Topics=[{"Name": "foo", "Count": 2, "Assignments": None}])
     assert resp["Results"][0]["ErrorCode"] == 0
     p = c.get(foo, 1)
-    assert sorted(p.replicas) == [0, 1, 2] and (p.isr, p.leader, p.leader_epoch, p.partition_epoch) == ((0,), 0, 0, 0)
+    assert (p.replicas, p.isr, p.leader, p.leader_epoch, p.partition_epoch) == ((0, 1, 2), (0,), 0, 0, 0)
     assert p.directories == tuple(broker_dir(r) for r in p.replicas)
 
 

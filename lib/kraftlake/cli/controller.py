@@ -4,9 +4,9 @@
     ./spark-submit.sh jobs/controller.py --warehouse W           # keep running; new log rows as they land
 
 Replays the log's records and decides its requests (BrokerHeartbeatRequest, CreateTopicsRequest, ...)
-as Kafka's controller would. Writes brokers, topics, configs, partitions (current state),
-partition_history (every change), controller_log (the records the controller generated),
-responses (its answer to each request) and rejected (what does not apply). A second query replays the
+as Kafka's controller would. Writes brokers, topics, configs, partitions, features (current state),
+partition_history and broker_history (every change, with its cause), controller_log (the records the
+controller generated), responses (its answer to each request) and rejected (what does not apply). A second query replays the
 metadata quorum's traffic (VoteRequest, FetchRequest, ... addressed to replicas) into quorum_state,
 quorum_replicas and quorum_events (``kraftlake.spark.quorum_query``). The checkpoints live in
 kraftlake.checkpoints/controller, by default W/_checkpoints/controller (the quorum query's in its quorum/
@@ -24,10 +24,21 @@ from kraftlake.cli.config import add_common_arguments, config_from_args
 from kraftlake.cli.launcher import UserError
 from kraftlake.cli.runtime import (QUORUM_PROTOCOL, checkpoint_location, meter, open_warehouse, replay_configs,
                                    storage_options, warehouse_root)
+from kraftlake.metadata.config import Config
 from kraftlake.metadata.progress import NEVER
 from kraftlake.raft.config import PROTOCOLS
 from kraftlake.spark.controller_query import ControllerSettings, reset, run
 from kraftlake.storage.lease import Lease
+
+
+def metrics_address(config: Config, host: str | None, port: int | None) -> tuple[str, int] | None:
+    """Where to serve the metrics: the flags, else the settings; None when no port is set (no server)."""
+    port_text = str(port) if port is not None else config.get_str("kraftlake.controller.metrics.port").strip()
+    if not port_text:
+        return None
+    if not port_text.isdigit() or not 0 <= int(port_text) < 65536:
+        raise UserError(f"metrics port {port_text!r}: a TCP port 0..65535 (0: any free one)")
+    return host or config.get_str("kraftlake.controller.metrics.host"), int(port_text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--protocol", choices=PROTOCOLS,
                         help="the quorum's protocol for replicas whose traffic names none in a ReplicaStartup "
                              "(kraftlake.quorum.protocol)")
+    parser.add_argument("--metrics-port", type=int,
+                        help="serve Prometheus metrics at http://HOST:PORT/metrics (kraftlake.controller.metrics.port; "
+                             "0: any free port, said on stderr)")
+    parser.add_argument("--metrics-host",
+                        help="the address the metrics are served on (kraftlake.controller.metrics.host, 127.0.0.1: "
+                             "this machine only; 0.0.0.0 exposes them to the network)")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     if args.shards is not None and args.shards < 1:
@@ -51,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.protocol:
         args.override.append(f"{QUORUM_PROTOCOL}={args.protocol}")
     config = config_from_args(args)
+    metrics = metrics_address(config, args.metrics_host, args.metrics_port)
     root = warehouse_root(config, needs_log=True)
     ttl_ms = config.get_int("kraftlake.controller.lease.ttl.ms", minimum=1)
     try:
@@ -64,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                 shards=args.shards or config.get_int("kraftlake.shards", minimum=1), checkpoint=checkpoint,
                 once=args.once, max_records_per_batch=limit or None,
                 trigger_interval_ms=config.get_int("kraftlake.controller.trigger.interval.ms", minimum=0),
-                kafka_config=replay_configs(config), lease_ttl_ms=ttl_ms)
+                kafka_config=replay_configs(config), lease_ttl_ms=ttl_ms, metrics_address=metrics)
             if args.reset:
                 reset(warehouse, checkpoint)
             finished = run(warehouse, settings, meter(config, "controller", "offsets"),

@@ -37,7 +37,7 @@ FAILED, USAGE, INTERRUPTED = 1, 2, 130
 STDERR_FIFO = "KRAFTLAKE_STDERR_FIFO"
 LAUNCHER_PID = "KRAFTLAKE_LAUNCHER_PID"
 # Jobs whose work goes through delta-rs and the pure core only: no SparkSession, so no JVM.
-NO_SPARK = frozenset({"check", "dump", "ingest", "quorum", "report", "simulate"})
+NO_SPARK = frozenset({"check", "dump", "ingest", "quorum", "report", "shell", "simulate"})
 HELP = ("-h", "--help")
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 

@@ -14,7 +14,7 @@ simulated brokers' epochs are the offsets of their registrations.
 
 --quorum simulates the metadata quorum's Raft traffic instead (``kraftlake.sim.quorum_traffic``) with
 --voters, --observers and --duration-ms; it exits 1 if a Raft safety rule was broken. --protocol draft
-runs the KIP-595 draft's quorum (ADR 0011): the voters are quorum.voters, the observers find them with
+runs the KIP-595 draft's quorum (ADR 0012): the voters are quorum.voters, the observers find them with
 DiscoverBrokers, the first leader generates the cluster id, and --grow-to N has AlterQuorum grow the voters
 (the draft's bootstrapping example: --voters 1 --grow-to 3 --observers 2). --check-seeds A:B runs the
 simulator's safety checker over those seeds without writing anything.

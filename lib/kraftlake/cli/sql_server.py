@@ -23,7 +23,7 @@ from kraftlake.cli.config import config_from_args
 from kraftlake.cli.runtime import open_warehouse, warehouse_root
 from kraftlake.metadata.config import Config
 from kraftlake.spark.catalog import Catalog
-from kraftlake.spark.thrift import SINGLE_SESSION, beeline_path, driver_on_loopback, start_thrift_server
+from kraftlake.spark.thrift import SINGLE_SESSION, beeline_path, start_thrift_server
 
 HIVE_SERVER2 = "hive.server2."
 LISTEN_TIMEOUT_S = 60.0
@@ -43,8 +43,6 @@ def _serve(args: argparse.Namespace, config: Config, scratch: str) -> int:
     if taken:
         print(f"sql: cannot listen on {args.bind}:{args.port}: {taken}", file=sys.stderr)
         return 1
-    if _is_loopback(args.bind):
-        config = config.with_overrides(driver_on_loopback(config.get_str("spark.master", "") or None), "--bind")
     warehouse = open_warehouse(config, "kraftlake-sql-server", root=root)
     spark = warehouse.spark
     stopping = threading.Event()

@@ -128,19 +128,20 @@ def shown(value: Any) -> str:
 
 
 def topic_name_problem(name: str, show: Callable[[str], str] = str) -> str | None:
-    """Why Kafka's ``Topic.validate`` refuses ``name``, in its words, or None; ``show`` writes the name
-    into the message (Kafka writes it whole)."""
+    """Why Kafka's ``Topic.validate`` refuses ``name``, in its words (Kafka 4), or None; ``show`` writes
+    the name into the message (Kafka writes it whole). The length is Java's, in UTF-16 code units, so a
+    name of characters beyond the BMP breaks the same rule as in Kafka."""
     if not name:
-        return "Topic name is illegal, it can't be empty"
-    if name in (".", ".."):
-        return 'Topic name cannot be "." or ".."'
-    if len(name) > TOPIC_NAME_MAX_LENGTH:
-        return (f"Topic name is illegal, it can't be longer than {TOPIC_NAME_MAX_LENGTH} characters, "
-                f"Topic name: {show(name)}")
-    if not _LEGAL_TOPIC_NAME.fullmatch(name):
-        return (f'Topic name "{show(name)}" is illegal, it contains a character other than ASCII alphanumerics, '
-                "'.', '_' and '-'")
-    return None
+        reason = "the empty string is not allowed"
+    elif name in (".", ".."):
+        reason = f"'{name}' is not allowed"
+    elif len(name.encode("utf-16-le", "surrogatepass")) // 2 > TOPIC_NAME_MAX_LENGTH:
+        reason = f"the length of '{show(name)}' is longer than the max allowed length {TOPIC_NAME_MAX_LENGTH}"
+    elif not _LEGAL_TOPIC_NAME.fullmatch(name):
+        reason = f"'{show(name)}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
+    else:
+        return None
+    return f"Topic name is invalid: {reason}"
 
 
 def named_topic_problem(type_: str, data: Mapping[str, Any]) -> str | None:

@@ -14,7 +14,9 @@ controlled shutdown. Whether it leads anything is a fact of every partition, so 
 where the image holds every partition (``Context.whole_image``: one shard, the simulator, the in-process
 replay with one shard); a shard of several always takes the controlled shutdown, which ends at the
 broker's next heartbeat once the other active brokers have seen its records (ADR 0007 says why no
-single pass over independent shards can know more). ``ShouldShutDown`` then needs no merging.
+single pass over independent shards can know more). ``ShouldShutDown`` then needs no merging. For the
+same reason only the whole image asks, as Kafka does, whether a broker in controlled shutdown still leads
+before letting it go.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from typing import Mapping
+
+import numpy as np
 
 from kraftlake.controller.decisions import Context, Decision, error_code, record, response
 from kraftlake.controller.elections import (MV_DIRECTORIES, Election, change_partition, eligible_replicas,
@@ -66,7 +70,7 @@ class Session:
     contact_ms: int | None  # event time of the last heartbeat or takeover; None: never heard from
     registered_offset: int  # offset of the RegisterBrokerRecord the broker must catch up with to be unfenced
     metadata_offset: int = -1  # the broker's last CurrentMetadataOffset
-    shutdown_offset: int = -1  # offset of the records that started its controlled shutdown, -1 if none
+    shutdown_offset: int = -1  # end offset of the batch that started its controlled shutdown, -1 if none
 
 
 @dataclass
@@ -219,9 +223,12 @@ def decide_broker_heartbeat(image: ClusterImage, state: ControllerState, request
     fences an unfenced broker; ``WantShutDown`` lets a fenced one shut down at once, and puts an
     unfenced one into a persisted controlled shutdown that moves its leaderships and takes it out of
     every ISR.
-    The broker may then shut down (``ShouldShutDown``) once every active broker has caught up with
-    those records; it is fenced as it goes. A heartbeat for an unknown broker or another epoch is
-    STALE_BROKER_EPOCH, as in Kafka (``checkBrokerEpoch``).
+    The broker may then shut down (``ShouldShutDown``) once it leads no partition and every active
+    broker has caught up with the end of the batch that began its shutdown; it is fenced as it goes.
+    Whether it still leads is asked first, as Kafka does; with several shards it cannot be known (see
+    above) and is not asked: before 3.3-IV3, where a broker in controlled shutdown may be elected again,
+    such a broker is fenced with its leaderships instead of waiting. A heartbeat for an unknown broker
+    or another epoch is STALE_BROKER_EPOCH, as in Kafka (``checkBrokerEpoch``).
     """
     data, version = request["data"], request["version"]
     broker = image.brokers.get(data["BrokerId"])
@@ -242,8 +249,12 @@ def decide_broker_heartbeat(image: ClusterImage, state: ControllerState, request
             nxt = _Next.FENCED
     elif session.shutdown_offset >= 0:
         current = _Next.CONTROLLED_SHUTDOWN
-        nxt = (_Next.SHUTDOWN_NOW if session.shutdown_offset <= _lowest_active_offset(image, state)
-               else _Next.CONTROLLED_SHUTDOWN)
+        if ctx.whole_image and _leads_any(image, broker.id):
+            nxt = _Next.CONTROLLED_SHUTDOWN  # leaderships to move still (say, elected again before 3.3-IV3)
+        elif session.shutdown_offset <= _lowest_active_offset(image, state):
+            nxt = _Next.SHUTDOWN_NOW
+        else:
+            nxt = _Next.CONTROLLED_SHUTDOWN
     else:
         current = _Next.UNFENCED
         if data["WantFence"]:
@@ -269,6 +280,11 @@ def decide_broker_heartbeat(image: ClusterImage, state: ControllerState, request
     if fenced:
         session.shutdown_offset = -1
     elif nxt is _Next.CONTROLLED_SHUTDOWN and session.shutdown_offset < 0:
+        # Kafka's processBatchEndOffset: where the batch carrying this decision ends. Every record written
+        # while a request is handled carries the request's offset (controller_log), so it ends there. When
+        # the decision wrote nothing Kafka takes the last offset written; no shard of several can tell that
+        # no other wrote at this offset, and with one image the shutdown begins only for a broker that
+        # leads, so records move its leaderships: the request's offset stands for both.
         session.shutdown_offset = ctx.offset
     return Decision(records, response("BrokerHeartbeatResponse", {
         "ErrorCode": 0, "IsCaughtUp": caught_up, "IsFenced": fenced,
@@ -358,7 +374,12 @@ def _expired(session: Session, timeout_ms: int, now_ms: int) -> bool:
 
 
 def _leads_any(image: ClusterImage, broker_id: int) -> bool:
-    return any(p.leader == broker_id for topic in image.topics.values() for p in topic.partitions.values())
+    """Asked at every heartbeat of a broker in controlled shutdown, so on the columns, not partition by
+    partition (Kafka keeps an index of leaderships for it, ``BrokersToIsrs``)."""
+    store = image.store
+    store.flush()
+    alive, leader = store.cols["alive"][:store.size], store.cols["leader"][:store.size]
+    return bool(np.any(alive & (leader == broker_id)))
 
 
 def _lowest_active_offset(image: ClusterImage, state: ControllerState) -> int:

@@ -43,15 +43,17 @@ def _unify(name: str) -> str:
 
 
 def check_topic_name(image: ClusterImage, name: str) -> None:
-    """Kafka's ``Topic.validate``, and its refusal of a name that differs from an existing one only
-    by '.' versus '_' (both become '_' in metric names)."""
+    """Kafka's ``validateNewTopicNames``: ``Topic.validate``, then the refusal of a name that differs from
+    an existing one only by '.' versus '_' (both become '_' in metric names). Kafka checks the collision
+    even for a name ``Topic.validate`` refused, and that error replaces the first; it names the first
+    colliding topic in sorted order (its set of them is a ``TreeSet``)."""
     problem = topic_name_problem(name)
+    if "." in name or "_" in name:
+        colliding = [existing for existing in image.topic_ids if existing != name and _unify(existing) == _unify(name)]
+        if colliding:
+            problem = f"Topic '{name}' collides with existing topic: {min(colliding)}"
     if problem is not None:
         raise Refused("INVALID_TOPIC_EXCEPTION", problem)
-    if "." in name or "_" in name:
-        for existing in image.topic_ids:
-            if existing != name and _unify(existing) == _unify(name):
-                raise Refused("INVALID_TOPIC_EXCEPTION", f"Topic '{name}' collides with existing topic: {existing}")
 
 
 def new_topic_id(name: str, offset: int, taken: Iterable[str]) -> str:
@@ -72,12 +74,13 @@ def new_topic_id(name: str, offset: int, taken: Iterable[str]) -> str:
 
 @dataclass
 class _Ring:
-    """Brokers handed out round-robin from a moving start, each at most once per round."""
+    """Brokers handed out round-robin from a moving start, each at most once per round. A new ring is in
+    round 0, as Kafka's ``BrokerList`` starts at epoch 0: its first broker is the one at its offset."""
 
     brokers: list[int]
     offset: int = 0
     taken: int = 0
-    round: int = -1
+    round: int = 0
 
     def next(self, round_: int) -> int | None:
         if not self.brokers:
@@ -111,7 +114,10 @@ class StripedPlacer:
     whose registration alone says so (a shutdown begun under another controller) is still placed,
     and kept out of the ISR by KIP-841.
 
-    Unlike Kafka's, a reshuffle restarts every rack's round, so a broker cannot be skipped for good.
+    The random numbers are drawn in Kafka's order (each rack's fenced brokers' start, then its unfenced
+    ones', then the first rack), so Kafka's random numbers give Kafka's placement; racks are taken in
+    name order where Kafka takes its hash map's. Unlike Kafka's, a reshuffle restarts every rack's
+    round, so a broker cannot be skipped for good.
     """
 
     image: ClusterImage
@@ -134,7 +140,8 @@ class StripedPlacer:
         self.rack_names = sorted(members, key=lambda r: (r is not None, r or ""))
         for name in self.rack_names:
             unfenced, fenced = members[name]
-            self.racks[name] = _Rack(self._ring(unfenced), self._ring(fenced))
+            fenced_ring = self._ring(fenced)  # drawn before the unfenced one, as Rack.initialize does
+            self.racks[name] = _Rack(self._ring(unfenced), fenced_ring)
             self.unfenced += len(unfenced)
             self.total += len(unfenced) + len(fenced)
         self.offset = self.rng.randrange(len(self.rack_names)) if self.rack_names else 0
@@ -157,7 +164,7 @@ class StripedPlacer:
         replica sets do not repeat."""
         self.rng.shuffle(self.rack_names)
         for rack in self.racks.values():
-            for ring in (rack.unfenced, rack.fenced):
+            for ring in (rack.fenced, rack.unfenced):
                 self.rng.shuffle(ring.brokers)
                 ring.round = -1
         self.round = 0
@@ -232,6 +239,8 @@ def _placed_isr(image: ClusterImage, replicas: list[int], replication_factor: in
 
 def _place_all(placer: StripedPlacer, image: ClusterImage, count: int,
                replication_factor: int) -> list[tuple[list[int], list[int]]]:
+    """One topic's new partitions from a placer of its own: Kafka's ``StripedReplicaPlacer.place``
+    builds a new rack list (new random starts) for every topic."""
     try:
         placer.check(replication_factor)
     except Refused as refused:
@@ -273,7 +282,7 @@ def _first_of_each(items: Iterable[T], key: Callable[[T], Hashable]) -> Iterator
 
 # --- CreateTopics ---------------------------------------------------------------------------------
 
-def _topic_partitions(image: ClusterImage, topic: dict, placer: StripedPlacer,
+def _topic_partitions(image: ClusterImage, topic: dict, placer: Callable[[], StripedPlacer],
                       config: Mapping[str, str]) -> list[tuple[list[int], list[int]]]:
     """(replicas, ISR) per partition of a new topic, in partition order (``createTopic``)."""
     if topic["Assignments"]:
@@ -304,7 +313,7 @@ def _topic_partitions(image: ClusterImage, topic: dict, placer: StripedPlacer,
     count = int(setting(config, "num.partitions")) if topic["NumPartitions"] == -1 else topic["NumPartitions"]
     replication_factor = (int(setting(config, "default.replication.factor")) if topic["ReplicationFactor"] == -1
                           else topic["ReplicationFactor"])
-    return _place_all(placer, image, count, replication_factor)
+    return _place_all(placer(), image, count, replication_factor)
 
 
 def _topic_configs(topic: dict) -> dict[str, str]:
@@ -330,7 +339,7 @@ def create_topics(image: ClusterImage, request: dict, ctx: Context) -> Decision:
     names = [t["Name"] for t in body["Topics"]]
     duplicates = _duplicates(names)
     too_many = _total_partitions(body["Topics"], ctx.config) > MAX_PARTITIONS_PER_BATCH
-    placer = StripedPlacer(image, random.Random(ctx.offset), ctx.shutting_down)
+    rng = random.Random(ctx.offset)
     taken = set(image.topics)
     records, results = [], []
     for topic in _first_of_each(body["Topics"], lambda t: t["Name"]):
@@ -343,11 +352,12 @@ def create_topics(image: ClusterImage, request: dict, ctx: Context) -> Decision:
                 raise Refused("POLICY_VIOLATION", "Excessively large number of partitions per request.")
             if name in duplicates:
                 raise Refused("INVALID_REQUEST", "Duplicate topic name.")
-            check_topic_name(image, name)
-            if name in image.topic_ids:
+            if name in image.topic_ids:  # Kafka's answer even where the name also collides with another
                 raise Refused("TOPIC_ALREADY_EXISTS", f"Topic '{name}' already exists.")
+            check_topic_name(image, name)
             configs = _topic_configs(topic)
-            partitions = _topic_partitions(image, topic, placer, ctx.config)
+            partitions = _topic_partitions(image, topic, lambda: StripedPlacer(image, rng, ctx.shutting_down),
+                                           ctx.config)
         except Refused as refused:
             result.update(ErrorCode=error_code(refused.error), ErrorMessage=refused.message)
         else:
@@ -370,7 +380,7 @@ def create_topics(image: ClusterImage, request: dict, ctx: Context) -> Decision:
 
 # --- CreatePartitions -----------------------------------------------------------------------------
 
-def _new_partitions(image: ClusterImage, topic: dict, placer: StripedPlacer) -> list[dict]:
+def _new_partitions(image: ClusterImage, topic: dict, placer: Callable[[], StripedPlacer]) -> list[dict]:
     """The PartitionRecords that grow a topic to ``Count`` partitions (``createPartitions``)."""
     topic_id = image.topic_ids.get(topic["Name"])
     if topic_id is None:
@@ -394,7 +404,7 @@ def _new_partitions(image: ClusterImage, topic: dict, placer: StripedPlacer) -> 
                       f"but only {len(assignments)} assignment(s) were specified.")
     replication_factor = len(existing[min(existing)].replicas)
     if assignments is None:
-        placed = _place_all(placer, image, additional, replication_factor)
+        placed = _place_all(placer(), image, additional, replication_factor)
     else:
         placed = []
         for i, assignment in enumerate(assignments):
@@ -409,7 +419,7 @@ def create_partitions(image: ClusterImage, request: dict, ctx: Context) -> Decis
     """CreatePartitionsRequest v0-3: new partitions for existing topics, never fewer."""
     version, body = request["version"], request["data"]
     duplicates = _duplicates([t["Name"] for t in body["Topics"]])
-    placer = StripedPlacer(image, random.Random(ctx.offset), ctx.shutting_down)
+    rng = random.Random(ctx.offset)
     records, results = [], []
     for topic in _first_of_each(body["Topics"], lambda t: t["Name"]):
         name = topic["Name"]
@@ -420,7 +430,7 @@ def create_partitions(image: ClusterImage, request: dict, ctx: Context) -> Decis
         try:
             if name in duplicates:
                 raise Refused("INVALID_REQUEST", "Duplicate topic name.")
-            records += _new_partitions(image, topic, placer)
+            records += _new_partitions(image, topic, lambda: StripedPlacer(image, rng, ctx.shutting_down))
         except Refused as refused:
             result.update(ErrorCode=error_code(refused.error), ErrorMessage=refused.message)
         results.append(result)

@@ -152,6 +152,12 @@ class QuorumState:
 CONFIG_TOPIC = 2
 CONFIG_BROKER = 4  # resource name: a node id, or "" for the cluster-wide default (--entity-default)
 
+# Kafka's codes by name, as its tools print them: ConfigResource.Type (else UNKNOWN), LeaderRecoveryState,
+# and the reserved directory ids (else the id itself).
+CONFIG_RESOURCE_TYPES = {2: "TOPIC", 4: "BROKER", 8: "BROKER_LOGGER", 16: "CLIENT_METRICS", 32: "GROUP"}
+LEADER_RECOVERY_STATES = {0: "RECOVERED", 1: "RECOVERING"}
+DIRECTORY_IDS = {DIR_MIGRATING: "MIGRATING", DIR_UNASSIGNED: "UNASSIGNED", DIR_LOST: "LOST"}
+
 QuotaEntity = tuple[tuple[str, str | None], ...]  # ((entity type, entity name), ...) sorted
 
 

@@ -3,7 +3,7 @@
 A LeaderChangeMessage is the first record a newly elected leader writes in its epoch (KIP-595), so
 the epoch comes from the event's ``leader_epoch``, the epoch of the batch that carries it.
 VotersRecord and KRaftVersionRecord are KIP-853's dynamic quorum records; the KIP-595 draft's
-VoterAssignmentMessage (ADR 0011) sets the voters the same way, without directories or endpoints.
+VoterAssignmentMessage (ADR 0012) sets the voters the same way, without directories or endpoints.
 """
 
 from __future__ import annotations

@@ -29,6 +29,12 @@ FORMATS = {
 UNMARKED_FORMAT = 1  # a table without the property
 READABLE_FORMATS = (1, 2)
 
+# Delta's Change Data Feed: each commit of a table with this property also records the rows it changed
+# (insert, update_preimage, update_postimage, delete), so a downstream stream subscribes to what changed
+# instead of diffing the table. Every state table has it (``table_properties``): their rows change in
+# place, which a stream of the table cannot show. An append table is its own change feed.
+CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
+
 # The envelope of the quorum's traffic (KIP-595 messages between replicas); null on every other event.
 ENVELOPE_COLUMNS = ("source_id", "destination_id", "correlation_id")
 FIXED_COLUMNS = ("offset", "leader_epoch", "timestamp", "type", "version", "source", "position", *ENVELOPE_COLUMNS)
@@ -97,6 +103,15 @@ def table_role(name: str) -> dict:
     return table_avro(name).get("kraftlake", {})
 
 
+def table_properties(name: str) -> dict[str, str]:
+    """The Delta table properties a table is created with: the warehouse format, and for a declared state
+    table the change data feed (so a state table added later has it too)."""
+    properties = {FORMAT_PROPERTY: str(FORMAT_VERSION)}
+    if name in table_names() and table_role(name)["role"] == "state":
+        properties[CHANGE_DATA_FEED] = "true"
+    return properties
+
+
 def table_keys(name: str) -> tuple[str, ...]:
     """The columns a state table is merged on (one row per key)."""
     return tuple(table_role(name)["keys"])
@@ -116,6 +131,11 @@ def tables_of(writer: str, role: str | None = None) -> tuple[str, ...]:
     found = [(table_role(n)["order"], n) for n in table_names()
              if writer in table_role(n)["writers"] and role in (None, table_role(n)["role"])]
     return tuple(n for _, n in sorted(found))
+
+
+def change_feed_tables() -> tuple[str, ...]:
+    """The tables that record their changes (``CHANGE_DATA_FEED``): the state tables."""
+    return tuple(n for n in table_names() if CHANGE_DATA_FEED in table_properties(n))
 
 
 def derived_tables() -> tuple[str, ...]:

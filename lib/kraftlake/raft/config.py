@@ -24,7 +24,7 @@ _CONFIG_KEYS = {
     "fetch_interval_ms": "kraftlake.quorum.fetch.interval.ms",
     "fetch_max_records": "kraftlake.quorum.fetch.max.records",
     "unsafe_grant_any_vote": "kraftlake.quorum.unsafe.grant.any.vote",
-    # which protocol the node speaks: Kafka's shipped one, or the KIP-595 draft's (ADR 0011)
+    # which protocol the node speaks: Kafka's shipped one, or the KIP-595 draft's (ADR 0012)
     "protocol": "kraftlake.quorum.protocol",
     # the draft's discovery (DiscoverBrokers): the nodes a starting node asks first, by id
     "bootstrap_servers": "bootstrap.servers",

@@ -1,4 +1,4 @@
-"""The metadata quorum as the KIP-595 *draft* describes it (ADR 0011), sans-IO like ``RaftNode``.
+"""The metadata quorum as the KIP-595 *draft* describes it (ADR 0012), sans-IO like ``RaftNode``.
 
 Kafka shipped static voters and a cluster id from ``kafka-storage.sh format``; the draft had a node find
 the quorum by gossip and the first leader make up the cluster id. ``DraftNode`` is Kafka's Raft node

@@ -43,7 +43,7 @@ class RaftLog:
     def latest_voters(self) -> tuple[tuple[int, ...], int] | None:
         """The voter set of the last VotersRecord in the log and its offset: a voter change takes effect
         when it is appended, committed or not (KIP-853's rule, which the seed's AlterQuorum shares). The
-        KIP-595 draft's VoterAssignmentMessage (ADR 0011) sets them the same way."""
+        KIP-595 draft's VoterAssignmentMessage (ADR 0012) sets them the same way."""
         for offset in range(len(self.entries) - 1, -1, -1):
             value = self.entries[offset].value
             if isinstance(value, dict) and value.get("type") in VOTER_RECORDS:

@@ -309,7 +309,7 @@ class Replica:
                 node = self.node
             assert node is not None
             message = None
-            if not node.takes(t):  # the other protocol's message (ADR 0011): nothing changes
+            if not node.takes(t):  # the other protocol's message (ADR 0012): nothing changes
                 rows.append(("rejected", self._rejected_row(event, "UNSUPPORTED_VERSION", (
                     f"replica {self.replica_id} runs the {node.config.protocol} quorum protocol, which has no {t}"))))
             else:

@@ -280,7 +280,7 @@ def build(tables: DeltaRsTables, start_ms: int | None = None, end_ms: int | None
     tl = Timeline.over(lo, hi, time_axis(lo, hi, activity, linear), buckets)
     tl.notices = [n for n in [clock.notice()] if n]
     _brokers(tl, broker_events)
-    per_topic, default = _min_isr(tables, kafka_config or defaults(), tl.notices)
+    per_topic, default = min_isr_settings(tables, kafka_config or defaults(), tl.notices)
     count_partitions(tl, history, per_topic, default, topic_list)
     _quorum(tl, leader_changes, state, epoch_start)
     _voter_assignments(tl, _leader_changes(tables, clock, "VoterAssignmentMessage"))
@@ -401,7 +401,8 @@ def _quoted(text: str, limit: int = 80) -> str:
     return shown if len(text) <= limit else shown + "…"
 
 
-def _min_isr(tables: DeltaRsTables, kafka_config: Mapping[str, str], notices: list[str]) -> tuple[dict[str, int], int]:
+def min_isr_settings(tables: DeltaRsTables, kafka_config: Mapping[str, str],
+                     notices: list[str]) -> tuple[dict[str, int], int]:
     """Each topic's min.insync.replicas as configured now, and the default for the others: the cluster's
     dynamic default if the log set one, else the controller's configuration. A value that is not a count
     is counted as the default, with a notice."""
@@ -696,7 +697,7 @@ def _int(value: int | None) -> int:
 
 
 def _voter_assignments(tl: Timeline, rows: list[dict]) -> None:
-    """The KIP-595 draft's bootstrap (ADR 0011): the first VoterAssignmentMessage carries the cluster id its
+    """The KIP-595 draft's bootstrap (ADR 0012): the first VoterAssignmentMessage carries the cluster id its
     leader generated; each later one, voters AlterQuorum changed."""
     for i, r in enumerate(rows):
         if tl.start_ms <= r["timestamp"] <= tl.end_ms:

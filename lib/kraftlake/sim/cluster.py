@@ -55,6 +55,11 @@ DEFAULT_MIX: dict[str, float] = {
     "cancel_reassignment": 0.75,  # ... --cancel of a running one
     "delete_topic": 0.5,
     "create_topic": 0.5,
+    # off unless asked for (``--mix``), so that a seed's log stays what it was:
+    "create_partitions": 0.0,    # kafka-topics.sh --alter --partitions: one or two more
+    "list_reassignments": 0.0,   # kafka-reassign-partitions.sh --list
+    "unclean_election": 0.0,     # kafka-leader-election.sh --election-type UNCLEAN on a topic
+    "unregister": 0.0,           # kafka-cluster.sh unregister of a broker that is down
 }
 
 # The error codes a response carries anywhere in it that do not mean "refused".
@@ -660,6 +665,40 @@ class ClusterSimulator:
 
     def _op_create_topic(self) -> bool:
         self._create_topic()
+        return True
+
+    def _op_create_partitions(self) -> bool:
+        if not self.topics:
+            return False
+        name = self.topics.choice(self.rng)
+        count = len(self.image.topics[self.image.topic_ids[name]].partitions) + 1 + self.rng.randrange(2)
+        self._send("CreatePartitionsRequest", 3, {"Topics": [{"Name": name, "Count": count, "Assignments": None}],
+                                                   "TimeoutMs": 30000, "ValidateOnly": False})
+        return True
+
+    def _op_list_reassignments(self) -> bool:
+        self._send("ListPartitionReassignmentsRequest", 0, {"TimeoutMs": 30000, "Topics": None})
+        return True
+
+    def _op_unclean_election(self) -> bool:
+        """An operator's unclean election on a topic, one with a leaderless partition if there is one."""
+        if not self.topics:
+            return False
+        offline = [t.name for t in self.image.topics.values()
+                   if t.name in self.topics and any(p.leader == NO_LEADER for p in t.partitions.values())]
+        name = offline[self.rng.randrange(len(offline))] if offline else self.topics.choice(self.rng)
+        count = len(self.image.topics[self.image.topic_ids[name]].partitions)
+        self._send("ElectLeadersRequest", 2, {"ElectionType": 1, "TimeoutMs": 60000,
+                                              "TopicPartitions": [{"Topic": name, "Partitions": list(range(count))}]})
+        return True
+
+    def _op_unregister(self) -> bool:
+        """A broker that is down is unregistered; if it comes back it registers as a new broker."""
+        down = [a.id for a in self.brokers.values()
+                if a.state in (DOWN, CRASHED) and not a.rolling and a.id in self.image.brokers]
+        if not down:
+            return False
+        self._send("UnregisterBrokerRequest", 0, {"BrokerId": down[self.rng.randrange(len(down))]})
         return True
 
 

@@ -58,7 +58,7 @@ class SimConfig:
     alter_on_election: bool = False
     one_way_every_ms: int = 0  # mean time between one-way link failures (a hears b, b does not hear a)
     log_check_every_ms: int = 100  # log matching is checked every this often (it is quadratic)
-    # kafka, or the KIP-595 draft (ADR 0011): then the voters are quorum.voters, the observers start with
+    # kafka, or the KIP-595 draft (ADR 0012): then the voters are quorum.voters, the observers start with
     # the voters as bootstrap.servers, and the first leader generates the cluster id
     protocol: str = KAFKA
     grow_to: int = 0  # the draft's bootstrapping example: AlterQuorum grows the voters to this many (0: never)

@@ -15,7 +15,8 @@ import base64
 import json
 import operator
 import os
-from contextlib import nullcontext
+import sys
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any, Iterator, Mapping, TextIO
@@ -33,8 +34,9 @@ from kraftlake.metadata.progress import Meter
 from kraftlake.metadata.schemas import StructSpec, registry
 from kraftlake.metadata.tables import (FIXED_COLUMNS, derived_tables, metadata_log_schema, table_arrow_schema, table_keys,
                                        tables_of)
-from kraftlake.spark.queries import (BackfillGuard, LogProgress, MetadataLogEnd, delete_dir, group_keys, parse_state,
-                                     query_id, start_sink, supervise)
+from kraftlake.report.metrics import PATH as METRICS_PATH, MetricsServer
+from kraftlake.spark.queries import (BackfillGuard, ControllerMetrics, LogProgress, MetadataLogEnd, delete_dir,
+                                     group_keys, parse_state, query_id, start_sink, supervise)
 from kraftlake.spark.quorum_query import start_quorum
 from kraftlake.storage import NATIVE, PAYLOAD, Warehouse
 from kraftlake.storage.lease import Lease
@@ -61,6 +63,7 @@ class ControllerSettings:
     trigger_interval_ms: int = field(default_factory=lambda: int(defaults()["kraftlake.controller.trigger.interval.ms"]))
     kafka_config: Mapping[str, str] = field(default_factory=dict)  # broker.session.timeout.ms, ...
     lease_ttl_ms: int = field(default_factory=lambda: int(defaults()["kraftlake.controller.lease.ttl.ms"]))
+    metrics_address: tuple[str, int] | None = None  # where to serve the metrics (host, port; 0: any free port)
 
 
 def controller_lease(warehouse: Warehouse, settings: ControllerSettings) -> Lease:
@@ -429,7 +432,7 @@ def start(warehouse: Warehouse, settings: ControllerSettings):
     """Start the controller query; returns the ``StreamingQuery``."""
     check_start(warehouse, settings.checkpoint)
     for name in tables_of("controller"):
-        warehouse.create_if_missing(name, table_arrow_schema(name))
+        warehouse.prepare(name, table_arrow_schema(name))
     source = warehouse.read_stream("metadata_log", max_records_per_batch=settings.max_records_per_batch,
                                    **controller_input(warehouse))
     from pyspark.sql.streaming.state import GroupStateTimeout
@@ -445,6 +448,25 @@ def start(warehouse: Warehouse, settings: ControllerSettings):
     return start_sink(outputs, "controller", settings.checkpoint, settings.once, settings.trigger_interval_ms,
                       lambda batch_df, txn: write_outputs(warehouse, _outputs_of(batch_df.toArrow()), txn),
                       warehouse.storage_options)
+
+
+@contextmanager
+def serving(address: tuple[str, int] | None, out: TextIO | None = None) -> Iterator[MetricsServer | None]:
+    """The metrics server at ``address`` while the block runs (None: no server), said on stderr."""
+    if address is None:
+        yield None
+        return
+    try:
+        server = MetricsServer(*address)
+    except OSError as exc:
+        raise RuntimeError(f"cannot serve the metrics on {address[0]}:{address[1]}: {exc.strerror or exc} "
+                           "(kraftlake.controller.metrics.port / --metrics-port)") from None
+    host, port = server.address
+    print(f"[controller] metrics at http://{host}:{port}{METRICS_PATH}", file=out or sys.stderr, flush=True)
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 def run(warehouse: Warehouse, settings: ControllerSettings, meter: Meter | None = None,
@@ -467,8 +489,11 @@ def run(warehouse: Warehouse, settings: ControllerSettings, meter: Meter | None 
                               settings.max_records_per_batch, settings.trigger_interval_ms)
         meter = meter or Meter("controller", "offsets", enabled=False, out=out)
         progress = LogProgress(MetadataLogEnd(warehouse), meter, settings.once, status_every)
-        finished = supervise({"controller": query, "quorum": quorum}, settings.once, settings.checkpoint, progress,
-                             out, held, guard.check)
+        with serving(settings.metrics_address, out) as server:
+            watch = progress if server is None else ControllerMetrics(progress, warehouse, settings.kafka_config,
+                                                                      server)
+            finished = supervise({"controller": query, "quorum": quorum}, settings.once, settings.checkpoint,
+                                 watch, out, held, guard.check)
         try:
             guard.save()
         except OSError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import sys
 import threading
@@ -22,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from kraftlake.metadata.progress import Meter
+from kraftlake.report.metrics import Gauge, MetricsServer, cluster_gauges, progress_gauges
 from kraftlake.storage.deltars import DeltaRsTables, StorageOptions, backfills_since, file_ranges, filesystem
 from kraftlake.storage.lease import Lease
 
@@ -138,8 +140,8 @@ class BackfillGuard:
             self.table.update_incremental()
         recorded = self.version
         notes, complete = backfills_since(self.table, -1 if recorded is None else recorded)
-        remedy = (f"rebuild them with jobs/controller.py --warehouse {self.tables.root} --once --reset (it replays "
-                  "the whole log)")
+        remedy = (f"rebuild them with jobs/controller.py --warehouse {shlex.quote(self.tables.root)} --once --reset "
+                  "(it replays the whole log)")
         if notes:
             note = notes[0]
             return (f"metadata_log was backfilled below offset {note['below']} (ingest of {note['source']}, "
@@ -428,10 +430,45 @@ class LogProgress:
         if self.batch is None:  # where the query stands is known from its first micro-batch on
             return (f"[{self.meter.label}] starting: metadata_log holds offsets {self.log.start_offset():,}..{end:,}, "
                     "waiting for the first micro-batch")
-        behind = end + 1 - self.done
+        behind, seconds = self.lag(end)
         if behind <= 0:
             return f"[{self.meter.label}] up to date at offset {end:,} (batch {self.batch})"
-        newest, reached = self.log.timestamp_ms(end), self.log.timestamp_ms(self.done - 1) if self.done else None
-        event_time = "" if newest is None or reached is None else f", {(newest - reached) / 1000:,.1f} s of event time"
+        event_time = "" if seconds is None else f", {seconds:,.1f} s of event time"
         return (f"[{self.meter.label}] {behind:,} offsets{event_time} behind the log's end "
                 f"(offset {end:,}; done through {self.done - 1:,}, batch {self.batch})")
+
+    def lag(self, end: int) -> tuple[int, float | None]:
+        """How far behind ``end`` (the log's last offset) the replay is: offsets, and seconds of event time
+        (None when either time is unknown); (0, 0.0) when it is not behind."""
+        behind = end + 1 - self.done
+        if behind <= 0:
+            return 0, 0.0
+        newest, reached = self.log.timestamp_ms(end), self.log.timestamp_ms(self.done - 1) if self.done else None
+        return behind, None if newest is None or reached is None else (newest - reached) / 1000
+
+
+class ControllerMetrics:
+    """Keeps a ``MetricsServer``'s text current: after each ``LogProgress`` call (about once a second), the
+    lag; after each new micro-batch, the cluster's gauges from the tables it committed (a read of the
+    state tables per micro-batch, not per scrape)."""
+
+    def __init__(self, progress: LogProgress, tables: DeltaRsTables, kafka_config: Mapping[str, str],
+                 server: MetricsServer) -> None:
+        self.progress, self.tables, self.kafka_config, self.server = progress, tables, kafka_config, server
+        self.batch: int | None = None
+        self.cluster: list[Gauge] = cluster_gauges(tables, kafka_config)
+        self.duration_s: float | None = None
+        self.server.publish(self.cluster)
+
+    def __call__(self, last: Mapping[str, Any] | None) -> None:
+        self.progress(last)
+        if last and last["batchId"] != self.batch:
+            self.batch = last["batchId"]
+            self.duration_s = last.get("durationMs", {}).get("triggerExecution", 0) / 1000
+            self.cluster = cluster_gauges(self.tables, self.kafka_config)
+        if self.batch is None:
+            return
+        end = self.progress.log.end_offset()
+        behind, seconds = self.progress.lag(end)
+        self.server.publish(progress_gauges(behind, seconds, self.duration_s, self.batch, self.progress.done - 1)
+                            + self.cluster)

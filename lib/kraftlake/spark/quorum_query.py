@@ -111,7 +111,7 @@ def start_quorum(warehouse: Warehouse, checkpoint: str, once: bool, properties: 
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     for name in tables_of("quorum"):
-        warehouse.create_if_missing(name, table_arrow_schema(name))
+        warehouse.prepare(name, table_arrow_schema(name))
     present = {f.name for f in metadata_log_schema()}
     columns = ENVELOPE + sorted(t for t in QUORUM_TRAFFIC if t in present)
     source = warehouse.read_stream("metadata_log", max_records_per_batch=max_records_per_batch, columns=columns,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["SINGLE_SESSION", "ThriftServer", "beeline_path", "driver_on_loopback", "start_thrift_server"]
+__all__ = ["SINGLE_SESSION", "ThriftServer", "beeline_path", "start_thrift_server"]
 
 SINGLE_SESSION = "spark.sql.hive.thriftServer.singleSession"
 PORT, BIND_HOST = "hive.server2.thrift.port", "hive.server2.thrift.bind.host"
@@ -31,20 +31,6 @@ class ThriftServer:
 
     def stop(self) -> None:
         self._handle.stop()
-
-
-def driver_on_loopback(configured_master: str | None) -> dict[str, str]:
-    """Settings that keep a local session's own ports (the driver's RPC and block manager, which Spark
-    binds to the machine's address and does not authenticate by default) on 127.0.0.1, for a server
-    meant for this machine only. None for a cluster master, whose executors must reach the driver.
-    ``configured_master``: spark.master from the kraftlake config; spark-submit's --master wins, as in
-    ``kraftlake.spark.session``."""
-    from pyspark import SparkConf, SparkContext
-
-    SparkContext._ensure_initialized()  # the JVM, to read what spark-submit was given
-    master = SparkConf().get("spark.master", None) or configured_master or "local"
-    return {"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"} if master.startswith("local") \
-        else {}
 
 
 def start_thrift_server(spark: SparkSession, host: str, port: int, settings: Mapping[str, str],

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from kraftlake.image.cluster_image import DIR_LOST, DIR_MIGRATING, DIR_UNASSIGNED
+from kraftlake.image.cluster_image import CONFIG_RESOURCE_TYPES, DIRECTORY_IDS, LEADER_RECOVERY_STATES
 from kraftlake.metadata.schemas import registry
 from kraftlake.metadata.tables import table_arrow_schema
 from kraftlake.storage import Warehouse
@@ -69,7 +69,7 @@ ORDER BY p.topic, p.partition
 # nothing before the next election) still gets its row, with no records.
 def quorum_history_view(log_columns: list[str]) -> str:
     """``quorum_history``'s SQL: each epoch with the LeaderChangeMessage that opened it; when the log has
-    the KIP-595 draft's VoterAssignmentMessages (ADR 0011), the ClusterId and voters each epoch's leader
+    the KIP-595 draft's VoterAssignmentMessages (ADR 0012), the ClusterId and voters each epoch's leader
     wrote, so that the epoch that bootstrapped the cluster (generated its id) and those that grew it show."""
     assigned = "VoterAssignmentMessage" in log_columns
     assignments = """,
@@ -108,9 +108,7 @@ def _quorum_history(catalog: Any) -> str:
 # Kafka's codes by name. The tables keep what Kafka's records hold (a ConfigRecord's ResourceType, a
 # LeaderRecoveryState, directory Uuids), so they read like the log and join with it; beside each, a view
 # ``<table>_decoded`` shows the same rows with those codes as Kafka names them.
-CONFIG_RESOURCE_TYPES = {2: "TOPIC", 4: "BROKER", 8: "BROKER_LOGGER", 16: "CLIENT_METRICS", 32: "GROUP"}  # else UNKNOWN
-LEADER_RECOVERY_STATES = {0: "RECOVERED", 1: "RECOVERING"}
-DIRECTORY_IDS = {DIR_MIGRATING: "MIGRATING", DIR_UNASSIGNED: "UNASSIGNED", DIR_LOST: "LOST"}  # else the id itself
+# (the names: kraftlake.image.cluster_image, which the metadata shell prints them with too)
 
 
 def _named(expression: str, names: Mapping[object, str], otherwise: str) -> str:

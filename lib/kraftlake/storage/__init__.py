@@ -121,6 +121,26 @@ class Warehouse(DeltaRsTables):
         return (spark.read.format(datasource.NAME).options(**datasource.source_options(self.storage_options))
                 .load(self.path(name)))
 
+    def read_changes(self, name: str, stream: bool = True, starting_version: int | None = None,
+                     ending_version: int | None = None) -> DataFrame:
+        """The table's change data feed (a state table's: ``metadata.tables.CHANGE_DATA_FEED``), with Delta's
+        columns ``_change_type``, ``_commit_version``, ``_commit_timestamp`` after the table's, on either engine.
+        A stream without ``starting_version`` begins with the table's rows as inserts, then their changes; a
+        batch read needs one. ``ending_version``: batch reads only."""
+        options = {k: str(v) for k, v in (("startingVersion", starting_version),
+                                          ("endingVersion", ending_version)) if v is not None}
+        spark = self._session()
+        if self.engine == NATIVE:
+            from kraftlake.storage import native
+
+            return native.read_changes(spark, self.path(name), options, stream)
+        from kraftlake.storage import datasource
+
+        datasource.register(spark)
+        reader = (spark.readStream if stream else spark.read).format(datasource.NAME)
+        return (reader.options(**datasource.source_options(self.storage_options))
+                .option(datasource.READ_CHANGE_FEED, "true").options(**options).load(self.path(name)))
+
     def read_stream(
         self, name: str, max_records_per_batch: int | None = None, max_files_per_trigger: int | None = None,
         columns: list[str] | None = None, types: list[str] | None = None, json_payload: list[str] | None = None,

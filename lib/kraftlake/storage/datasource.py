@@ -10,12 +10,19 @@ appended in increasing offset order (ADR 0001), so "offset in (start, end]" name
 every later version of the table, whatever files compaction produced, and a micro-batch can be cut
 at any row rather than at commit boundaries (which is what makes ``maxRecordsPerBatch`` possible);
 in ``metadata_log``, at the end of a Kafka record batch (``deltars.batch_end``).
+
+With ``readChangeFeed`` the source reads a table's change data feed instead (Delta's option names and
+columns: ``_change_type``, ``_commit_version``, ``_commit_timestamp``), through delta-rs' ``load_cdf``, which
+Delta's own ``readChangeFeed`` cannot do here without the native connector. There the position is the Delta
+version: the rows a version changed are fixed once it is committed, so a micro-batch of versions (a, b] reads
+the same rows whenever it is run again, and a stream restarted from its checkpoint sees each change once.
 """
 
 from __future__ import annotations
 
 import json
 import weakref
+from datetime import datetime, timezone
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -39,8 +46,9 @@ from pyspark.sql.types import StructType
 
 from kraftlake.codec.events import json_bytes
 from kraftlake.storage.deltars import PAYLOAD
-from kraftlake.storage.deltars import (StorageOptions, batch_end, column_max, dataset, nth_value_after, read_range,
-                                       split_range)
+from kraftlake.storage.deltars import (StorageOptions, as_inserts, batch_end, change_data_from, change_schema, changes,
+                                       column_max, commit_times, dataset, nth_value_after, read_range, split_range,
+                                       version_at)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -57,6 +65,11 @@ STORAGE_OPTION = "secret.storage."
 # (a streaming task sorts its range in memory, so rows bound its memory).
 BATCH_PARTITION_BYTES = 128 << 20
 STREAM_PARTITION_ROWS = 200_000
+# A change feed's task reads this many versions' change data at most (the controller commits a version of
+# each table it changes per micro-batch: a day of a continuous controller is tens of thousands).
+CHANGE_VERSIONS_PER_TASK = 64
+# Delta's options for a change feed, as its own readChangeFeed takes them.
+READ_CHANGE_FEED = "readChangeFeed"
 
 
 def spark_schema(table: DeltaTable) -> StructType:
@@ -113,6 +126,21 @@ class _Range(InputPartition):
         self.hi = hi
 
 
+def _file_groups(table: DeltaTable) -> list[InputPartition]:
+    """The table's files (at its version as loaded) in tasks of about ``BATCH_PARTITION_BYTES`` each."""
+    actions = pa.table(table.get_add_actions())
+    groups: list[list[str]] = []
+    group_bytes = BATCH_PARTITION_BYTES
+    for path, size in zip(actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist()):
+        if group_bytes >= BATCH_PARTITION_BYTES:
+            groups.append([])
+            group_bytes = 0
+        groups[-1].append(path)
+        group_bytes += size
+    # No partitions would make Spark fall back to one plain InputPartition(None).
+    return [_Files(table.version(), paths) for paths in groups or [[]]]
+
+
 class _BatchReader(DataSourceReader):
     """A snapshot read: the version is pinned when partitions are planned, so tasks agree on the files."""
 
@@ -122,18 +150,7 @@ class _BatchReader(DataSourceReader):
         self.storage = storage
 
     def partitions(self) -> list[InputPartition]:
-        table = DeltaTable(self.path, storage_options=self.storage)
-        actions = pa.table(table.get_add_actions())
-        groups: list[list[str]] = []
-        group_bytes = BATCH_PARTITION_BYTES
-        for path, size in zip(actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist()):
-            if group_bytes >= BATCH_PARTITION_BYTES:
-                groups.append([])
-                group_bytes = 0
-            groups[-1].append(path)
-            group_bytes += size
-        # No partitions would make Spark fall back to one plain InputPartition(None).
-        return [_Files(table.version(), paths) for paths in groups or [[]]]
+        return _file_groups(DeltaTable(self.path, storage_options=self.storage))
 
     def read(self, partition: _Files) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         files = dataset(DeltaTable(self.path, version=partition.version, storage_options=self.storage), partition.paths)
@@ -242,10 +259,162 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _to_spark_batches(rows.to_batches(), self.schema)
 
 
+class _Versions(InputPartition):
+    """The change data of versions first..last."""
+
+    def __init__(self, first: int, last: int) -> None:
+        self.first = first
+        self.last = last
+
+
+def _version_ranges(first: int, last: int) -> list[InputPartition]:
+    return [_Versions(v, min(v + CHANGE_VERSIONS_PER_TASK - 1, last))
+            for v in range(first, last + 1, CHANGE_VERSIONS_PER_TASK)]
+
+
+def _epoch_ms(text: str) -> int:
+    """A timestamp option as Delta takes it (``2025-11-19 20:14:39``, ISO 8601; without a zone: UTC)."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not a timestamp (e.g. 2025-11-19 20:14:39 or 2025-11-19T20:14:39Z)") from None
+    return int((moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp() * 1000)
+
+
+def _version_option(table: DeltaTable, options: Mapping[str, str], which: str) -> int | None:
+    """``<which>Version``, else ``<which>Timestamp`` as a version (starting: the first committed at or after
+    it; ending: the last at or before it); None when neither is given."""
+    version, stamp = options.get(f"{which}Version"), options.get(f"{which}Timestamp")
+    if version is not None:
+        if not version.strip().isdigit():
+            raise ValueError(f"{which}Version must be a Delta version (0, 1, ...), got {version!r}")
+        return int(version)
+    if stamp is None:
+        return None
+    found = version_at(table, _epoch_ms(stamp), after=which == "starting")
+    if found is None:
+        # nothing committed at or after a start: begin after the last version; nothing before an end: none
+        return table.version() + 1 if which == "starting" else -1
+    return found
+
+
+class _ChangeReader:
+    """What the batch and the streaming change feeds share: the table, its schema as the query started
+    with it, and reading a task's rows."""
+
+    def __init__(self, path: str, schema: StructType, storage: StorageOptions) -> None:
+        self.path = path
+        self.schema = schema
+        self.storage = storage
+
+    def _open(self, version: int | None = None) -> DeltaTable:
+        return DeltaTable(self.path, version=version, storage_options=self.storage)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, _Files):  # the rows of a version, as its inserts
+            table = self._open()
+            committed = commit_times(table, partition.version)[partition.version]
+            rows = dataset(self._open(partition.version), partition.paths).to_table()
+            return _to_spark_batches(as_inserts(rows, partition.version, committed).to_batches(), self.schema)
+        return _to_spark_batches(changes(self._open(), partition.first, partition.last).to_batches(), self.schema)
+
+
+class _ChangeBatchReader(_ChangeReader, DataSourceReader):
+    """A change feed read once: ``startingVersion`` (or ``startingTimestamp``) is needed, as Delta's batch
+    read needs it; ``endingVersion`` / ``endingTimestamp`` default to the table's version now."""
+
+    def __init__(self, path: str, schema: StructType, options: Mapping[str, str]) -> None:
+        super().__init__(path, schema, _storage(options))
+        table = self._open()
+        first = _version_option(table, options, "starting")
+        if first is None:
+            raise ValueError(f"a batch read of a change feed needs startingVersion or startingTimestamp ({NAME})")
+        last = _version_option(table, options, "ending")
+        self.first, self.last = first, table.version() if last is None else min(last, table.version())
+
+    def partitions(self) -> list[InputPartition]:
+        if self.last < self.first:
+            return [_Versions(0, -1)]
+        change_data_from(self.path, self.first, self.storage)
+        return _version_ranges(self.first, self.last)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        if isinstance(partition, _Versions) and partition.last < partition.first:
+            return iter(())
+        return super().read(partition)
+
+
+class _ChangeStreamReader(_ChangeReader, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are ``{"version": last included, "table": the table's id}``; a micro-batch is the change data
+    of versions (start, end].
+
+    Without ``startingVersion`` / ``startingTimestamp`` the stream begins, as Delta's does, with the
+    table's rows at the version its first micro-batch ends at, as inserts of that version, then their
+    changes: a subscriber gets the whole state, then every change to it. The table's id (Delta's
+    ``metaData.id``) is in each offset: a table deleted and created again (``controller --reset``) starts
+    its versions over, and a stream that read the old one is stopped rather than fed a mix of the two.
+    """
+
+    def __init__(self, path: str, schema: StructType, options: Mapping[str, str]) -> None:
+        super().__init__(path, schema, _storage(options))
+        table = self._open()
+        change_data_from(self.path, table.version(), self.storage)  # a table without a change feed: said now
+        self.table_id = table.metadata().id
+        self.started_with = spark_schema(table)
+        first = _version_option(table, options, "starting")
+        self.from_snapshot = first is None
+        self.first = 0 if first is None else first
+        self.checked = False
+        self.available_now = False
+        self.target: int | None = None
+
+    def initialOffset(self) -> dict:
+        return {"version": -1 if self.from_snapshot else self.first - 1, "table": self.table_id}
+
+    def _current(self) -> DeltaTable:
+        """The table now; refused when its schema changed (as ``_StreamReader._table``) or it is another
+        table than the one this stream started on."""
+        table = self._open()
+        if spark_schema(table) != self.started_with:
+            raise RuntimeError(f"The schema of the Delta table {self.path} changed since this streaming query "
+                               "started; restart the query (from its checkpoint) to read the new columns.")
+        if table.metadata().id != self.table_id:
+            raise self._recreated()
+        return table
+
+    def _recreated(self) -> RuntimeError:
+        return RuntimeError(f"The Delta table {self.path} was created again after this stream began reading it "
+                            "(jobs/controller.py --reset rebuilds the derived tables): its versions start over, so "
+                            "this stream's checkpoint no longer applies; start the stream again with a new checkpoint")
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.available_now = True
+        self.target = self._current().version()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        if start["table"] != self.table_id:
+            raise self._recreated()
+        latest = self.target if self.available_now else self._current().version()
+        return {"version": max(latest, start["version"]), "table": self.table_id}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        lo, hi = start["version"], end["version"]
+        if hi <= lo:
+            return []
+        if self.from_snapshot and lo == -1:
+            return _file_groups(self._open(hi))
+        if not self.checked:
+            change_data_from(self.path, lo + 1, self.storage)
+            self.checked = True
+        return _version_ranges(lo + 1, hi)
+
+
 class KraftlakeDeltaSource(DataSource):
     """Options: ``path`` (the table), ``secret.storage.<key>`` (delta-rs storage options), and for streams ``maxRecordsPerBatch``, ``offsetColumn`` (default
     ``offset``), ``startingOffset`` (first offset to read, default 0) and ``typeIn`` (only rows whose
-    ``type`` is one of these, comma-separated)."""
+    ``type`` is one of these, comma-separated). With ``readChangeFeed`` = true: the table's change data feed,
+    from ``startingVersion`` or ``startingTimestamp`` (needed by a batch read; a stream without either begins
+    with the table's rows as inserts), up to ``endingVersion`` or ``endingTimestamp`` (batch reads)."""
 
     @classmethod
     def name(cls) -> str:
@@ -257,13 +426,21 @@ class KraftlakeDeltaSource(DataSource):
             raise ValueError(f"the {NAME} data source needs a path: .load(<table path>) or .option('path', ...)")
         return path
 
+    def _changes(self) -> bool:
+        return str(self.options.get(READ_CHANGE_FEED, "false")).strip().lower() == "true"
+
     def schema(self) -> StructType:
-        return spark_schema(DeltaTable(self._path(), storage_options=_storage(self.options)))
+        table = DeltaTable(self._path(), storage_options=_storage(self.options))
+        return from_arrow_schema(change_schema(table)) if self._changes() else spark_schema(table)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        if self._changes():
+            return _ChangeBatchReader(self._path(), schema, self.options)
         return _BatchReader(self._path(), schema, _storage(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if self._changes():
+            return _ChangeStreamReader(self._path(), schema, self.options)
         return _StreamReader(self._path(), schema, self.options)
 
 

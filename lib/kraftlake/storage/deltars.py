@@ -29,7 +29,8 @@ import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
-from kraftlake.metadata.tables import FORMAT_PROPERTY, FORMAT_VERSION, FORMATS, READABLE_FORMATS, UNMARKED_FORMAT
+from kraftlake.metadata.tables import (CHANGE_DATA_FEED, FORMAT_PROPERTY, FORMAT_VERSION, FORMATS, READABLE_FORMATS,
+                                       UNMARKED_FORMAT, table_properties)
 
 ArrowData = Union[pa.Table, pa.RecordBatchReader, Iterable[pa.RecordBatch]]
 Txn = tuple[str, int]
@@ -347,6 +348,78 @@ def read_range(table: DeltaTable, column: str, lo: int, hi: int, columns: list[s
     return _sorted(rows, column)  # parts of files that overlap (after an OPTIMIZE) interleave
 
 
+# Delta's change data feed (a table with ``CHANGE_DATA_FEED``): the table's columns, then these, named and
+# typed as Delta's own readChangeFeed gives them.
+CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP = "_change_type", "_commit_version", "_commit_timestamp"
+CHANGE_FIELDS = (pa.field(CHANGE_TYPE, pa.string()), pa.field(COMMIT_VERSION, pa.int64()),
+                 pa.field(COMMIT_TIMESTAMP, pa.timestamp("us", tz="UTC")))
+INSERT = "insert"
+
+
+class NoChangeData(ValueError):
+    """A change feed asked of versions for which the table recorded none."""
+
+
+def change_schema(table: DeltaTable) -> pa.Schema:
+    """The rows of the table's change feed: its columns (nullable: a delete's row is as it was), then Delta's."""
+    return pa.schema([f.with_nullable(True) for f in pa.schema(table.schema().to_arrow())] + list(CHANGE_FIELDS))
+
+
+def commit_times(table: DeltaTable, first: int) -> dict[int, int]:
+    """Each version's commit time (ms, the commit's own ``timestamp``, which the change feed reports too),
+    from ``first`` to the table's version as loaded."""
+    return {c["version"]: c["timestamp"] for c in table.history(limit=max(table.version() - first + 1, 1))
+            if c.get("version") is not None and c["version"] >= first}
+
+
+def change_data_from(uri: str, first: int, storage_options: StorageOptions = None) -> None:
+    """``NoChangeData`` unless the table at ``uri`` recorded its changes from version ``first`` on (it does
+    from the commit that set ``CHANGE_DATA_FEED``: a state table an earlier release created, from the first
+    start of this release's controller)."""
+    at = DeltaTable(uri, version=first, storage_options=storage_options)
+    if at.metadata().configuration.get(CHANGE_DATA_FEED) != "true":
+        raise NoChangeData(f"{uri} recorded no change data at version {first} ({CHANGE_DATA_FEED} was not set "
+                           "then): start its change feed at a later version, or with none (the table's rows at "
+                           "first, then their changes)")
+
+
+def changes(table: DeltaTable, first: int, last: int) -> pa.Table:
+    """The change data of versions first..last (``change_schema``), in Delta's types."""
+    target = change_schema(table)
+    rows = pa.table(table.load_cdf(starting_version=first, ending_version=last))
+    return pa.Table.from_arrays([rows.column(f.name).cast(f.type) for f in target], schema=target)
+
+
+def as_inserts(rows: pa.Table, version: int, committed_ms: int) -> pa.Table:
+    """Rows of a table's snapshot at ``version`` in its change feed's layout: each an insert of that
+    version (how a change feed begins when it is given no starting version, as Delta's does)."""
+    n = rows.num_rows
+    return pa.Table.from_arrays(
+        list(rows.columns) + [pa.repeat(pa.scalar(INSERT), n), pa.repeat(pa.scalar(version, pa.int64()), n),
+                              pa.repeat(pa.scalar(committed_ms * 1000, pa.timestamp("us", tz="UTC")), n)],
+        names=rows.column_names + [f.name for f in CHANGE_FIELDS])
+
+
+def version_at(table: DeltaTable, ms: int, after: bool) -> int | None:
+    """The first version committed at or after ``ms`` (``after``), else the last at or before it; None
+    when there is none: how Delta resolves a change feed's starting and ending timestamps."""
+    times = commit_times(table, 0)
+    found = [v for v, t in times.items() if (t >= ms if after else t <= ms)]
+    return (min(found) if after else max(found)) if found else None
+
+
+def _present(table: DeltaTable, delete_keys: pa.Table, keys: list[str]) -> pa.Table:
+    """The keys of ``delete_keys`` the table has. A MERGE source row that no clause takes (a delete of a key
+    the table never had: a topic created and deleted within one micro-batch) is written by delta-rs 1.6 into
+    the change data feed as a row of nulls, which the table's non-null columns then refuse; so those rows
+    are left out of the source (they would delete nothing anyway)."""
+    target = pa.schema(table.schema().to_arrow())
+    wanted = pa.Table.from_arrays([delete_keys.column(k).cast(target.field(k).type) for k in keys], names=keys)
+    first = wanted.column(keys[0]).unique()
+    there = dataset(table).to_table(columns=keys, filter=pc.field(keys[0]).isin(first))
+    return wanted.join(there, keys, join_type="left semi")
+
+
 def _sorted(rows: pa.Table, column: str) -> pa.Table:
     """``rows`` by ``column``; the log is written in its order, so usually nothing is moved."""
     keys = rows.column(column).to_numpy()
@@ -420,18 +493,29 @@ class DeltaRsTables:
         return self.table(name).version()
 
     def create_if_missing(self, name: str, schema: pa.Schema) -> None:
-        """Create the table, stamped with the warehouse format this release writes (``FORMAT_PROPERTY``),
-        unless it exists; a concurrent creator winning the race is fine."""
+        """Create the table with its properties (``metadata.tables.table_properties``: the warehouse format
+        this release writes, the change data feed of a state table), unless it exists; a concurrent creator
+        winning the race is fine."""
         if self.exists(name):
             return
         try:  # no retry: a creator that lost the race would commit a second creation on top
-            DeltaTable.create(self.path(name), schema, mode="ignore",
-                              configuration={FORMAT_PROPERTY: str(FORMAT_VERSION)}, raise_if_key_not_exists=False,
-                              commit_properties=CommitProperties(max_commit_retries=0),
+            DeltaTable.create(self.path(name), schema, mode="ignore", configuration=table_properties(name),
+                              raise_if_key_not_exists=False, commit_properties=CommitProperties(max_commit_retries=0),
                               storage_options=self.storage_options)
         except CommitFailedError:
             if not self.exists(name):
                 raise
+
+    def prepare(self, name: str, schema: pa.Schema) -> None:
+        """``create_if_missing``; a state table an earlier release created gets its change data feed from
+        this commit on (Delta records no change data for the commits before it). Its writer calls this once,
+        before it writes: it is the table's only writer then. The format is left as it was: a format-1
+        warehouse stays format 1."""
+        self.create_if_missing(name, schema)
+        wanted = table_properties(name).get(CHANGE_DATA_FEED)
+        table = self.table(name)
+        if wanted is not None and table.metadata().configuration.get(CHANGE_DATA_FEED) != wanted:
+            table.alter.set_table_properties({CHANGE_DATA_FEED: wanted})
 
     def format_versions(self) -> dict[str, str]:
         """Each table's ``FORMAT_PROPERTY`` (``UNMARKED_FORMAT`` for a table made before formats were written)."""
@@ -563,6 +647,8 @@ class DeltaRsTables:
         source_schema = row_schema.append(pa.field(_DELETE_FLAG, pa.bool_(), nullable=False))
         upserts = data.select(schema.names).cast(row_schema)
         parts = [upserts.append_column(_DELETE_FLAG, pa.repeat(False, upserts.num_rows))]
+        if delete_keys is not None and delete_keys.num_rows:
+            delete_keys = _present(table, delete_keys, keys)
         if delete_keys is not None and delete_keys.num_rows:
             n = delete_keys.num_rows
             columns = [

@@ -73,6 +73,12 @@ def read_stream(spark: SparkSession, path: str, max_files_per_trigger: int | Non
     return reader.load(path)
 
 
+def read_changes(spark: SparkSession, path: str, options: dict[str, str], stream: bool) -> DataFrame:
+    """Delta's own change data feed (``readChangeFeed``), with its options (startingVersion, ...)."""
+    reader = spark.readStream if stream else spark.read
+    return reader.format("delta").option("readChangeFeed", "true").options(**options).load(path)
+
+
 def append(df: DataFrame, path: str, txn: tuple[str, int] | None) -> None:
     """Delta skips the write itself when ``txn`` is already committed for its app id."""
     writer = df.write.format("delta").mode("append").option("mergeSchema", "true")

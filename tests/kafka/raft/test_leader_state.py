@@ -1,5 +1,12 @@
 """Kafka's ``LeaderStateTest`` (raft module) translated to a leading ``RaftNode``.
 
+Nine of these cases are Kafka 3.8's and say so: KAFKA-16953 (Kafka 3.9) took the DescribeQuorum answer
+out of ``LeaderState`` and removed them (``testLastCaughtUpTime*``, ``testDescribeQuorum*``,
+``testObserverStateExpiration``, ``testClearInactiveObserversIgnoresLeader``,
+``testNoOpForNegativeRemoteNodeId``); Kafka 4 tests the same answers through the client, in
+``KafkaRaftClientTest.testDescribeQuorum*``, which ``test_kafka_raft_client.py`` ports. The rules they
+check did not change, so they stay, labelled with the version they come from.
+
 Kafka builds a ``LeaderState`` with an epoch start offset and updates replica states directly; here a
 node is elected (its LeaderChangeMessage is the entry at the epoch start offset) and the updates are the
 fetches that cause them. ``updateLocalState`` is an append by the leader.
@@ -30,7 +37,7 @@ def row(rows: list[dict], replica: int) -> dict:
 
 
 def test_last_caught_up_time_voters():
-    """LeaderStateTest.testLastCaughtUpTimeVoters: caught up at a fetch that reaches the leader's end;
+    """LeaderStateTest.testLastCaughtUpTimeVoters (Kafka 3.8; gone since 3.9, KAFKA-16953): caught up at a fetch that reaches the leader's end;
     caught up as of the previous fetch when it reaches the end the leader had then."""
     leader = elected()  # at 1000, end 1
     leader.handle(fetch(2, 1, epoch=1, offset=1, last_epoch=1), 1001)  # caught up at 1001
@@ -50,7 +57,7 @@ def test_last_caught_up_time_voters():
 
 
 def test_last_caught_up_time_observer():
-    """LeaderStateTest.testLastCaughtUpTimeObserver: the same rule for an observer."""
+    """LeaderStateTest.testLastCaughtUpTimeObserver (Kafka 3.8; gone since 3.9, KAFKA-16953): the same rule for an observer."""
     leader = elected()
     leader.append("a", 1001)  # end 2
     leader.handle(fetch(9, 1, epoch=1, offset=1, last_epoch=1), 1002)  # behind
@@ -109,7 +116,7 @@ def test_non_monotonic_high_watermark_update():
 
 
 def test_describe_quorum_with_single_voter():
-    """LeaderStateTest.testDescribeQuorumWithSingleVoter: the leader's own row is now; the high watermark
+    """LeaderStateTest.testDescribeQuorumWithSingleVoter (Kafka 3.8; gone since 3.9, KAFKA-16953): the leader's own row is now; the high watermark
     appears once an entry of the epoch is committed."""
     n = sole_voter()
     d = describe(n, 1500)
@@ -120,7 +127,7 @@ def test_describe_quorum_with_single_voter():
 
 
 def test_describe_quorum_with_multiple_voters():
-    """LeaderStateTest.testDescribeQuorumWithMultipleVoters: an active follower's row has its fetch
+    """LeaderStateTest.testDescribeQuorumWithMultipleVoters (Kafka 3.8; gone since 3.9, KAFKA-16953): an active follower's row has its fetch
     time; an inactive one -1 everywhere."""
     leader = elected()
     leader.handle(fetch(2, 1, epoch=1, offset=1, last_epoch=1), 1001)
@@ -135,7 +142,7 @@ def test_describe_quorum_with_multiple_voters():
 
 
 def test_describe_quorum_with_observers():
-    """LeaderStateTest.testDescribeQuorumWithObservers"""
+    """LeaderStateTest.testDescribeQuorumWithObservers (Kafka 3.8; gone since 3.9, KAFKA-16953)"""
     leader = sole_voter()
     leader.handle(fetch(10, 1, epoch=1, offset=1, last_epoch=1), 1500)
     d = describe(leader, 2000)
@@ -145,7 +152,7 @@ def test_describe_quorum_with_observers():
 
 
 def test_observer_state_expiration():
-    """LeaderStateTest's observer expiration (``OBSERVER_SESSION_TIMEOUT_MS``, 300 s): an observer that
+    """LeaderStateTest.testObserverStateExpiration (Kafka 3.8; gone since 3.9, KAFKA-16953): observer expiration (``OBSERVER_SESSION_TIMEOUT_MS``, 300 s): an observer that
     has not fetched for that long is dropped from DescribeQuorum; a voter never is."""
     leader = sole_voter()
     leader.handle(fetch(10, 1, epoch=1, offset=1, last_epoch=1), 1500)
@@ -345,7 +352,7 @@ def test_check_quorum_with_one_voter():
 
 
 def test_clear_inactive_observers_ignores_leader():
-    """LeaderStateTest.testClearInactiveObserversIgnoresLeader: an observer is dropped 300 s after its last
+    """LeaderStateTest.testClearInactiveObserversIgnoresLeader (Kafka 3.8; gone since 3.9, KAFKA-16953): an observer is dropped 300 s after its last
     fetch; a leader that removed itself is shown among the observers, as of now, and never dropped."""
     leader = elected(voters=(1, 2))
     leader.handle(fetch(2, 1, epoch=1, offset=1, last_epoch=1), 1100)  # high watermark 1
@@ -362,7 +369,7 @@ def test_clear_inactive_observers_ignores_leader():
 
 
 def test_describe_quorum_with_voters_and_observers():
-    """LeaderStateTest.testDescribeQuorumWithVotersAndObservers: 2, removed, is an observer whose progress
+    """LeaderStateTest.testDescribeQuorumWithVotersAndObservers (Kafka 3.8; gone since 3.9, KAFKA-16953): 2, removed, is an observer whose progress
     does not move the high watermark; added again, it is a voter whose progress does."""
     leader = elected()  # voters 1, 2, 3
     leader.handle(fetch(3, 1, epoch=1, offset=1, last_epoch=1), 1100)  # high watermark 1
@@ -383,7 +390,7 @@ def test_describe_quorum_with_voters_and_observers():
 
 
 def test_no_op_for_negative_remote_node_id():
-    """LeaderStateTest.testNoOpForNegativeRemoteNodeId: a fetch from replica -1 leaves no observer row."""
+    """LeaderStateTest.testNoOpForNegativeRemoteNodeId (Kafka 3.8; gone since 3.9, KAFKA-16953): a fetch from replica -1 leaves no observer row."""
     leader = sole_voter()
     leader.handle(fetch(-1, 1, epoch=1, offset=0, last_epoch=0), 1100)
     assert describe(leader, 1200)["Observers"] == []
