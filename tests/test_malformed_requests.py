@@ -32,7 +32,7 @@ from kraftlake.controller.shards import ShardState, merged_responses, replay_log
 from kraftlake.metadata.errors import error_code, error_name
 from kraftlake.metadata.schemas import QUORUM_TRAFFIC, StructSpec, registry
 from kraftlake.raft.replica import Replica, replay_quorum
-from kraftlake.sim.quorum import SimConfig, simulate
+from kraftlake.sim.quorum import DRAFT_BOOTSTRAP_MIX, SimConfig, simulate
 from kraftlake.storage import DeltaRsTables, Warehouse
 from kraftlake.storage.ingest import ingest_source
 from kraftlake.storage.tables import rows_to_arrow, rows_to_events
@@ -84,6 +84,8 @@ BASE_STATES = _base_states()
 QUORUM = simulate(4, SimConfig(voters=3, observers=1, alter_every_ms=1500, crash_every_ms=2000, resign_every_ms=1500,
                                duration_ms=6000))
 QUORUM_END = max(e["timestamp"] for e in QUORUM.traffic)
+# the KIP-595 draft's messages (ADR 0012) occur in its bootstrapping example
+DRAFT_TRAFFIC = simulate(1, DRAFT_BOOTSTRAP_MIX).traffic
 QUORUM_KNOWN = Known(
     ids=[1, 2, 3, 4], epochs=sorted({r.node.epoch for r in QUORUM.replicas.values()}),
     records=[p["Records"] for e in QUORUM.traffic if e["type"] == "FetchResponse"
@@ -344,7 +346,7 @@ def test_well_formed_events_of_every_type_make_valid_avro_records() -> None:
     """The Avro test's converter is no filter that lets nothing through: the base cluster's events, and a
     well-formed event of each quorum type, are all valid records of the container's schema."""
     schema = fastavro.parse_schema(events_mod.avro_event_schema())
-    quorum = [next(e for e in QUORUM.traffic if e["type"] == t) for t in QUORUM_TYPES]
+    quorum = [next(e for e in QUORUM.traffic + DRAFT_TRAFFIC if e["type"] == t) for t in QUORUM_TYPES]
     for event in BASE_EVENTS + quorum:
         record = _avro_record({k: v for k, v in event.items() if k in ("type", "version", "timestamp", "data",
                                                                         "source_id", "destination_id",

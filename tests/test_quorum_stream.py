@@ -84,6 +84,25 @@ def test_streaming_quorum_tables_equal_the_core_in_any_batching(spark, simulated
         assert fields["LeaderId"] == -1
 
 
+def test_the_kip_595_drafts_bootstrapping_example_through_the_streaming_job(spark, tmp_path):
+    """Issue 24: --protocol draft --voters 1 --grow-to 3 --observers 2 written into a warehouse; the quorum
+    query replays it as the core does, and describe --status gives the generated ClusterId and the three
+    voters, with quorum_state's cluster id and no record rejected."""
+    from kraftlake.sim.quorum import DRAFT_BOOTSTRAP_MIX
+
+    warehouse = Warehouse(str(tmp_path / "w"), spark=spark)
+    result = write_simulation(warehouse, seed=3, voters=1, observers=2, duration_ms=6000, config=DRAFT_BOOTSTRAP_MIX)
+    assert result.ok and len(result.cluster_ids) == 1
+    expected = normalised(core_tables(warehouse))
+    run_controller(warehouse, tmp_path / "cp", shards=1, max_records_per_batch=None)
+    tables = table_rows(warehouse)
+    assert normalised(tables) == expected
+    assert warehouse.read_arrow("rejected").num_rows == 0
+    fields = dict(status(tables["quorum_state"], tables["quorum_replicas"], LogView(None, None, None, None)))
+    assert (fields["ClusterId"], fields["CurrentVoters"]) == (result.cluster_ids[0], [1, 2, 3])
+    assert {r["cluster_id"] for r in tables["quorum_state"]} == {result.cluster_ids[0]}
+
+
 def test_sigkill_mid_run_then_restart_keeps_the_quorum_tables_exact(spark, tmp_path):
     killed = tmp_path / "killed"
     warehouse = Warehouse(str(killed), spark=spark)

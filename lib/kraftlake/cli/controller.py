@@ -22,10 +22,11 @@ import sys
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
 from kraftlake.cli.launcher import UserError
-from kraftlake.cli.runtime import (checkpoint_location, meter, open_warehouse, replay_configs, storage_options,
-                                   warehouse_root)
+from kraftlake.cli.runtime import (QUORUM_PROTOCOL, checkpoint_location, meter, open_warehouse, replay_configs,
+                                   storage_options, warehouse_root)
 from kraftlake.metadata.config import Config
 from kraftlake.metadata.progress import NEVER
+from kraftlake.raft.config import PROTOCOLS
 from kraftlake.spark.controller_query import ControllerSettings, reset, run
 from kraftlake.storage.lease import Lease
 
@@ -51,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
                              "when that is empty)")
     parser.add_argument("--reset", action="store_true",
                         help="delete the checkpoint and the derived tables first, and replay from offset 0")
+    parser.add_argument("--protocol", choices=PROTOCOLS,
+                        help="the quorum's protocol for replicas whose traffic names none in a ReplicaStartup "
+                             "(kraftlake.quorum.protocol)")
     parser.add_argument("--metrics-port", type=int,
                         help="serve Prometheus metrics at http://HOST:PORT/metrics (kraftlake.controller.metrics.port; "
                              "0: any free port, said on stderr)")
@@ -61,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.shards is not None and args.shards < 1:
         raise UserError(f"--shards {args.shards}: a controller has at least one shard")
+    if args.protocol:
+        args.override.append(f"{QUORUM_PROTOCOL}={args.protocol}")
     config = config_from_args(args)
     metrics = metrics_address(config, args.metrics_host, args.metrics_port)
     root = warehouse_root(config, needs_log=True)

@@ -108,11 +108,16 @@ def kafka_configs(config: Config) -> dict[str, str]:
     return {k: v for k, v in config.items() if not k.startswith(("kraftlake.", "spark."))}
 
 
+QUORUM_PROTOCOL = "kraftlake.quorum.protocol"
+
+
 def replay_configs(config: Config) -> dict[str, str]:
     """What a replay on Spark's executors reads of ``config``: the Kafka settings, the decode limits
     (``kraftlake.decode.*``) within which the quorum's replicas decode the record batches a FetchResponse
-    event carries (the controller's shards decode nothing), and the anomaly rules' thresholds."""
-    return {**kafka_configs(config), **{k: config[k] for k in (*DECODE_LIMITS, *ANOMALY_THRESHOLDS) if k in config}}
+    event carries (the controller's shards decode nothing), the anomaly rules' thresholds, and the quorum's
+    protocol for replicas whose traffic has no ReplicaStartup to name it."""
+    return {**kafka_configs(config),
+            **{k: config[k] for k in (*DECODE_LIMITS, *ANOMALY_THRESHOLDS, QUORUM_PROTOCOL) if k in config}}
 
 
 def meter(config: Config, label: str, unit: str = "records", total: int | None = None) -> Meter:

@@ -13,7 +13,11 @@ The same seed and options always give the same log. The warehouse's metadata_log
 simulated brokers' epochs are the offsets of their registrations.
 
 --quorum simulates the metadata quorum's Raft traffic instead (``kraftlake.sim.quorum_traffic``) with
---voters, --observers and --duration-ms; it exits 1 if a Raft safety rule was broken.
+--voters, --observers and --duration-ms; it exits 1 if a Raft safety rule was broken. --protocol draft
+runs the KIP-595 draft's quorum (ADR 0012): the voters are quorum.voters, the observers find them with
+DiscoverBrokers, the first leader generates the cluster id, and --grow-to N has AlterQuorum grow the voters
+(the draft's bootstrapping example: --voters 1 --grow-to 3 --observers 2). --check-seeds A:B runs the
+simulator's safety checker over those seeds without writing anything.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from kraftlake.cli.config import add_common_arguments, config_from_args
 from kraftlake.cli.launcher import FAILED, UserError
 from kraftlake.cli.runtime import kafka_configs, meter, open_tables
 from kraftlake.sim.cluster import DEFAULT_MIX, START_MS, ClusterSimulator, SimulationOptions, parse_mix
+from kraftlake.raft.config import DRAFT, PROTOCOLS, RaftConfig
 from kraftlake.sim.cluster_traffic import IngestMismatch, Written, write_requests
+from kraftlake.sim.quorum import SimConfig
 from kraftlake.storage.deltars import DeltaRsTables
 
 
@@ -72,20 +78,73 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     quorum.add_argument("--duration-ms", type=int, default=20000)
     quorum.add_argument("--alter-every-ms", type=int, default=0,
                         help="mean time between AlterQuorum requests (voter changes); 0: none")
+    quorum.add_argument("--protocol", choices=PROTOCOLS,
+                        help="the quorum's protocol: kafka (what Kafka shipped) or draft (the KIP-595 draft); "
+                             "default: kraftlake.quorum.protocol")
+    quorum.add_argument("--grow-to", type=int, default=0,
+                        help="draft: AlterQuorum grows the voters to this many once the cluster id is committed")
+    quorum.add_argument("--partition-every-ms", type=int, default=SimConfig.partition_every_ms,
+                        help="mean time between network partitions")
+    quorum.add_argument("--partition-ms", type=int, default=SimConfig.partition_ms, help="mean length of one")
+    quorum.add_argument("--foreign-every-ms", type=int, default=0,
+                        help="mean time between requests of a stray node of another cluster (0: none)")
+    quorum.add_argument("--check-seeds", metavar="A:B",
+                        help="run the safety checker over seeds A to B-1 (nothing is written) and exit 1 on a violation")
     add_common_arguments(parser)
     return parser.parse_args(argv)
 
 
-def run_quorum(warehouse: DeltaRsTables, args: argparse.Namespace) -> int:
-    from kraftlake.sim.quorum import SimConfig
+def quorum_sim_config(args: argparse.Namespace, protocol: str) -> SimConfig:
+    if args.grow_to and protocol != DRAFT:
+        raise UserError("--grow-to is the KIP-595 draft's bootstrapping: use it with --protocol draft")
+    if args.grow_to and args.grow_to > args.voters + args.observers:
+        raise UserError(f"--grow-to {args.grow_to}: there are only {args.voters + args.observers} replicas")
+    return SimConfig(voters=args.voters, observers=args.observers, duration_ms=args.duration_ms,
+                     alter_every_ms=args.alter_every_ms, protocol=protocol, grow_to=args.grow_to,
+                     foreign_every_ms=args.foreign_every_ms, partition_every_ms=args.partition_every_ms,
+                     partition_ms=args.partition_ms)
+
+
+def check_seeds(cfg: SimConfig, seeds: str) -> int:
+    """The safety checker over a range of seeds, in-process: what a long run of the CI test is."""
+    from kraftlake.sim.quorum import simulate
+
+    try:
+        first, end = (int(v) for v in seeds.split(":"))
+    except ValueError:
+        raise UserError(f"--check-seeds {seeds}: expected A:B, two integers") from None
+    seen: Counter = Counter()
+    failed = 0
+    for seed in range(first, end):
+        result = simulate(seed, cfg)
+        seen.update(e["event"] for e in result.events)
+        seen["foreign requests refused"] += result.foreign_refused
+        for violation in result.violations:
+            print(f"seed {seed}: VIOLATION at {violation.time_ms} ms: {violation.rule}: {violation.detail}")
+        failed += bool(result.violations)
+    print(f"quorum ({cfg.protocol}): {end - first:,} seeds, {failed} with a violation; "
+          + ", ".join(f"{k} {v:,}" for k, v in sorted(seen.items()) if k in CHECK_COUNTS))
+    return FAILED if failed else 0
+
+
+# What --check-seeds counts (the hard cases a run went through).
+CHECK_COUNTS = ("leader_elected", "voters_changed", "truncation", "zombie_leader_detected", "cluster_id_generated",
+                "cluster_id_committed", "quorum_discovered", "foreign requests refused")
+
+
+def run_quorum(warehouse: DeltaRsTables, args: argparse.Namespace, cfg: SimConfig) -> int:
     from kraftlake.sim.quorum_traffic import write_simulation
 
     result = write_simulation(warehouse, seed=args.seed, voters=args.voters, observers=args.observers,
-                              duration_ms=args.duration_ms, config=SimConfig(alter_every_ms=args.alter_every_ms))
+                              duration_ms=args.duration_ms, config=cfg)
     leaders = ", ".join(f"{epoch}: {leader}" for epoch, leader in sorted(result.leaders.items()))
     print(f"quorum: {args.voters} voter(s), {args.observers} observer(s), {args.duration_ms} ms, seed {args.seed}: "
           f"{result.messages:,} messages, {result.committed:,} committed")
     print(f"  leaders by epoch: {{{leaders}}}")
+    if cfg.protocol == DRAFT:
+        last = max((r.node for r in result.replicas.values() if r.node is not None), key=lambda n: n.epoch)
+        print(f"  protocol draft: cluster id {', '.join(result.cluster_ids) or 'none committed'}, voters "
+              f"{list(last.voters)}, {result.foreign_refused} request(s) of another cluster refused")
     for violation in result.violations:
         print(f"  VIOLATION at {violation.time_ms} ms: {violation.rule}: {violation.detail}")
     print(f"  {len(result.violations)} violation(s)")
@@ -107,9 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.events < 0 or args.chunk_lines < 1:
         raise UserError("--events must be >= 0 and --chunk-lines >= 1")
     config = config_from_args(args)
-    warehouse = open_tables(config)
     if args.quorum:
-        return run_quorum(warehouse, args)
+        try:
+            cfg = quorum_sim_config(args, args.protocol or RaftConfig.from_properties(config).protocol)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        if args.check_seeds:
+            return check_seeds(cfg, args.check_seeds)
+        return run_quorum(open_tables(config), args, cfg)
+    warehouse = open_tables(config)
     if warehouse.exists("metadata_log") and warehouse.max_value("metadata_log", "offset") is not None:
         raise UserError(f"{warehouse.path('metadata_log')} is not empty; the simulated cluster starts a log of its "
                         "own (broker epochs are the offsets of its registrations): use a new warehouse")

@@ -2,7 +2,8 @@
 
 A LeaderChangeMessage is the first record a newly elected leader writes in its epoch (KIP-595), so
 the epoch comes from the event's ``leader_epoch``, the epoch of the batch that carries it.
-VotersRecord and KRaftVersionRecord are KIP-853's dynamic quorum records.
+VotersRecord and KRaftVersionRecord are KIP-853's dynamic quorum records; the KIP-595 draft's
+VoterAssignmentMessage (ADR 0012) sets the voters the same way, without directories or endpoints.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from kraftlake.image.cluster_image import ClusterImage, Endpoint, ReplayResult, Voter, VoterRegistration, normalize_uuid
+from kraftlake.metadata.uuids import ZERO_UUID
 
 
 def _voters(rows: list[dict]) -> tuple[Voter, ...]:
@@ -40,6 +42,12 @@ def replay_voters(image: ClusterImage, event: dict) -> ReplayResult:
         )
         for v in event["data"]["Voters"]
     )
+    image.quorum = dataclasses.replace(image.quorum, voter_set=voter_set)
+    return ReplayResult()
+
+
+def replay_voter_assignment(image: ClusterImage, event: dict) -> ReplayResult:
+    voter_set = tuple(VoterRegistration(v["VoterId"], ZERO_UUID, (), 0, 0) for v in event["data"]["Voters"])
     image.quorum = dataclasses.replace(image.quorum, voter_set=voter_set)
     return ReplayResult()
 

@@ -10,8 +10,9 @@ Dispatch is by Kafka's type name. Two kinds of records do not apply one by one, 
   Like Kafka's loader, starting a snapshot discards a transaction left open before it.
 
 Held-back records live in the image itself, so a transaction may span micro-batches of the streaming
-job. Control records (LeaderChangeMessage, VotersRecord, KRaftVersionRecord) describe the Raft quorum,
-not the metadata, and apply as they are read, even inside a transaction or snapshot.
+job. Control records (LeaderChangeMessage, VotersRecord, KRaftVersionRecord, the KIP-595 draft's
+VoterAssignmentMessage) describe the Raft quorum, not the metadata, and apply as they are read, even
+inside a transaction or snapshot.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ _RECORDS: dict[str, Handler] = {
 _CONTROL: dict[str, Handler] = {
     "LeaderChangeMessage": control_records.replay_leader_change,
     "VotersRecord": control_records.replay_voters,
+    "VoterAssignmentMessage": control_records.replay_voter_assignment,
     "KRaftVersionRecord": control_records.replay_kraft_version,
 }
 

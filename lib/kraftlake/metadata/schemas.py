@@ -254,10 +254,12 @@ class Registry:
 
 # Responses that are themselves inputs: a replica of the metadata quorum receives them from its peers.
 # Other responses only ever come out of the controller (the ``responses`` table).
-QUORUM_RESPONSES = frozenset({"VoteResponse", "BeginQuorumEpochResponse", "EndQuorumEpochResponse", "FetchResponse"})
+QUORUM_RESPONSES = frozenset({"VoteResponse", "BeginQuorumEpochResponse", "EndQuorumEpochResponse", "FetchResponse",
+                              "DiscoverBrokersResponse", "FetchQuorumRecordsResponse"})  # the last two: KIP-595 draft
 # The metadata quorum's traffic (KIP-595): handled by the quorum's replicas, never by the controller.
 QUORUM_TRAFFIC = QUORUM_RESPONSES | {"VoteRequest", "BeginQuorumEpochRequest", "EndQuorumEpochRequest",
                                      "FetchRequest", "DescribeQuorumRequest", "AlterQuorumRequest",
+                                     "DiscoverBrokersRequest", "FetchQuorumRecordsRequest",
                                      "ReplicaStartup", "ReplicaShutdown"}
 
 

@@ -24,10 +24,29 @@ _CONFIG_KEYS = {
     "fetch_interval_ms": "kraftlake.quorum.fetch.interval.ms",
     "fetch_max_records": "kraftlake.quorum.fetch.max.records",
     "unsafe_grant_any_vote": "kraftlake.quorum.unsafe.grant.any.vote",
+    # which protocol the node speaks: Kafka's shipped one, or the KIP-595 draft's (ADR 0012)
+    "protocol": "kraftlake.quorum.protocol",
+    # the draft's discovery (DiscoverBrokers): the nodes a starting node asks first, by id
+    "bootstrap_servers": "bootstrap.servers",
 }
+KAFKA = "kafka"
+DRAFT = "draft"
+PROTOCOLS = (KAFKA, DRAFT)
+# Settings that are text, not numbers.
+_TEXT_FIELDS = ("protocol", "bootstrap_servers")
+# What a draft replica's ReplicaStartup records besides Kafka's configs (a Kafka replica's records none of
+# them, so its traffic is what it was before the draft existed).
+DRAFT_CONFIG_FIELDS = ("protocol", "bootstrap_servers")
 # The RaftConfig fields a ReplicaStartup records (Kafka's configs), so that a replay runs the same node.
 KAFKA_CONFIG_FIELDS = ("election_timeout_ms", "election_jitter_max_ms", "election_backoff_max_ms", "fetch_timeout_ms",
                        "request_timeout_ms", "retry_backoff_ms", "append_interval_ms")
+
+
+def parse_voters(value: str | None) -> tuple[int, ...]:
+    """Ids of ``controller.quorum.voters`` (``1@host:9093,2@host:9093``), or of plain ``1,2``."""
+    if not value:
+        return ()
+    return tuple(sorted(int(part.split("@", 1)[0]) for part in value.split(",") if part.strip()))
 
 
 def _default(name: str) -> int:
@@ -56,6 +75,13 @@ class RaftConfig:
     seed: int = 0
     # Test hook for the simulator's checker: break "one vote per epoch" on purpose.
     unsafe_grant_any_vote: bool = False
+    protocol: str = KAFKA
+    # The draft's bootstrap.servers as node ids ("1,2" or "1@host:9093,2@host:9093"); empty: none.
+    bootstrap_servers: str = ""
+
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"kraftlake.quorum.protocol must be one of {', '.join(PROTOCOLS)}, not {self.protocol!r}")
 
     @property
     def jitter_ms(self) -> int:
@@ -67,7 +93,8 @@ class RaftConfig:
         for name, key in _CONFIG_KEYS.items():
             for k in (key, key.removeprefix("controller.")):
                 if k in props:
-                    values[name] = props[k].lower() == "true" if name == "unsafe_grant_any_vote" else int(props[k])
+                    values[name] = props[k].lower() == "true" if name == "unsafe_grant_any_vote" else \
+                        props[k].strip() if name in _TEXT_FIELDS else int(props[k])
         values.update(overrides)
         return cls(**values)
 
@@ -75,4 +102,6 @@ class RaftConfig:
         """The Kafka configs this node runs with, by Kafka's names (what a ReplicaStartup records)."""
         values = {name: getattr(self, name) for name in KAFKA_CONFIG_FIELDS}
         values.update(election_jitter_max_ms=self.jitter_ms, append_interval_ms=self.append_interval_ms or 0)
+        if self.protocol == DRAFT:
+            values.update({name: getattr(self, name) for name in DRAFT_CONFIG_FIELDS})
         return {_CONFIG_KEYS[name]: str(v) for name, v in values.items()}

@@ -5,6 +5,10 @@ from __future__ import annotations
 from typing import Any, Iterable, NamedTuple
 
 
+# The control records that set the voters: Kafka's (KIP-853) and the KIP-595 draft's.
+VOTER_RECORDS = ("VotersRecord", "VoterAssignmentMessage")
+
+
 class LogEntry(NamedTuple):
     epoch: int
     value: Any
@@ -38,10 +42,11 @@ class RaftLog:
 
     def latest_voters(self) -> tuple[tuple[int, ...], int] | None:
         """The voter set of the last VotersRecord in the log and its offset: a voter change takes effect
-        when it is appended, committed or not (KIP-853's rule, which the seed's AlterQuorum shares)."""
+        when it is appended, committed or not (KIP-853's rule, which the seed's AlterQuorum shares). The
+        KIP-595 draft's VoterAssignmentMessage (ADR 0012) sets them the same way."""
         for offset in range(len(self.entries) - 1, -1, -1):
             value = self.entries[offset].value
-            if isinstance(value, dict) and value.get("type") == "VotersRecord":
+            if isinstance(value, dict) and value.get("type") in VOTER_RECORDS:
                 return tuple(sorted(v["VoterId"] for v in value["data"]["Voters"])), offset
         return None
 

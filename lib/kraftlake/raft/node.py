@@ -222,6 +222,15 @@ class RaftNode:
 
     # ------------------------------------------------------------------------------------- queries
     @property
+    def cluster_id(self) -> str | None:
+        """The cluster id this node sends and checks: Kafka's comes from its configuration (meta.properties)."""
+        return self.config.cluster_id
+
+    def takes(self, type_: str) -> bool:
+        """Whether ``type_`` is a message of this node's protocol."""
+        return hasattr(self, "_on_" + type_)
+
+    @property
     def is_voter(self) -> bool:
         return self.node_id in self.voters
 
@@ -270,8 +279,7 @@ class RaftNode:
     def tick(self, now_ms: int) -> list[dict]:
         out: list[dict] = []
         if not self._started:
-            self._started = True
-            self._become_unattached(self.epoch, now_ms)
+            self._start(now_ms, out)
         if self.state == FAILED:
             return []
         self._poll(now_ms, out)
@@ -282,10 +290,9 @@ class RaftNode:
         is answered INVALID_REQUEST if it is a request and otherwise dropped, with a ``malformed_message``
         event: no message can stop a replica. A response other than the answer to the request in flight to
         its sender is dropped (``_response_expected``). A FAILED replica answers nothing."""
-        if not self._started:
-            self._started = True
-            self._become_unattached(self.epoch, now_ms)
         out: list[dict] = []
+        if not self._started:
+            self._start(now_ms, out)
         handler = getattr(self, "_on_" + msg["type"], None)
         if handler is None:
             raise ValueError(f"not a quorum RPC: {msg['type']}")
@@ -303,6 +310,11 @@ class RaftNode:
                     out.append(self._error_response(msg["type"], msg["source"], INVALID_REQUEST))
         self._poll(now_ms, out)
         return self._finish(out, self._incoming_cid)
+
+    def _start(self, now: int, out: list[dict]) -> None:
+        """The first event of a fresh node (not restored): Kafka's node is unattached in its epoch."""
+        self._started = True
+        self._become_unattached(self.epoch, now)
 
     def _response_expected(self, source: int) -> bool:
         """``RequestManager.isResponseExpected``: only the answer to the request in flight to ``source``
@@ -405,7 +417,7 @@ class RaftNode:
                 for v in self.voters:
                     if v != self.node_id:
                         out.append(message("BeginQuorumEpochRequest", self.node_id, v,
-                                           ClusterId=self.config.cluster_id, VoterId=v, LeaderId=self.node_id,
+                                           ClusterId=self.cluster_id, VoterId=v, LeaderId=self.node_id,
                                            LeaderEpoch=self.epoch))
                 self._next_begin_ms = now + max(1, self.config.fetch_timeout_ms // 2)
         elif s == CANDIDATE:
@@ -478,7 +490,7 @@ class RaftNode:
         return choices[self._rng.randrange(len(choices))]
 
     def _fetch_request(self, destination: int) -> dict:
-        return message("FetchRequest", self.node_id, destination, ClusterId=self.config.cluster_id,
+        return message("FetchRequest", self.node_id, destination, ClusterId=self.cluster_id,
                        ReplicaId=self.node_id, CurrentLeaderEpoch=self.epoch, FetchOffset=self.log.end_offset,
                        LastFetchedEpoch=self.log.last_epoch)
 
@@ -553,7 +565,7 @@ class RaftNode:
 
     def _send_vote_requests(self, out: list[dict], voters: list[int]) -> None:
         for v in voters:
-            out.append(message("VoteRequest", self.node_id, v, ClusterId=self.config.cluster_id, VoterId=v,
+            out.append(message("VoteRequest", self.node_id, v, ClusterId=self.cluster_id, VoterId=v,
                                CandidateEpoch=self.epoch, CandidateId=self.node_id,
                                LastOffsetEpoch=self.log.last_epoch, LastOffset=self.log.end_offset))
 
@@ -591,14 +603,14 @@ class RaftNode:
 
     def _send_end_quorum_epoch(self, voters: list[int], out: list[dict]) -> None:
         for v in voters:
-            out.append(message("EndQuorumEpochRequest", self.node_id, v, ClusterId=self.config.cluster_id,
+            out.append(message("EndQuorumEpochRequest", self.node_id, v, ClusterId=self.cluster_id,
                                LeaderId=self.node_id, LeaderEpoch=self.epoch,
                                PreferredSuccessors=list(self._preferred_successors)))
 
     # ------------------------------------------------------------------------------- validation
     def _valid_cluster_id(self, cluster_id: str | None) -> bool:
         # KafkaRaftClient.hasValidClusterId: a request without one (old clients) is accepted
-        return cluster_id is None or self.config.cluster_id is None or cluster_id == self.config.cluster_id
+        return cluster_id is None or self.cluster_id is None or cluster_id == self.cluster_id
 
     def _validate_voter_only(self, remote: int, request_epoch: int) -> int:
         # KafkaRaftClient.validateVoterOnlyRequest
@@ -906,6 +918,10 @@ class RaftNode:
         self.note(now, "voter_change_started", target_voters=list(self.target_voters), voters=list(self.voters))
         reply(NONE)
 
+    def _voters_entry(self, voters: tuple[int, ...], now: int) -> dict:
+        """The control record of a voter change: Kafka's VotersRecord (KIP-853)."""
+        return voters_record(voters, now)
+
     def _voter_change_allowed(self) -> bool:
         """Raft safety: no voter change before an entry of this epoch is committed. Otherwise a leader
         elected by the old voters could commit a change whose majority misses an uncommitted change of
@@ -946,7 +962,7 @@ class RaftNode:
         else:
             extra = min((v for v in self.voters if v not in target), key=lambda v: (v == self.node_id, v))
             new, change = tuple(v for v in self.voters if v != extra), {"removed": extra}
-        offset = self.log.append(self.epoch, voters_record(new, now))
+        offset = self.log.append(self.epoch, self._voters_entry(new, now))
         self._refresh_voters()
         self.note(now, "voters_changed", voters=list(self.voters), offset=offset, **change)
         if len(self.voters) > 1 and self._deadline is None:

@@ -32,7 +32,8 @@ from kraftlake.codec.writer import encode_events
 from kraftlake.metadata.errors import error_code, error_name
 from kraftlake.metadata.schemas import QUORUM_TRAFFIC, registry
 from kraftlake.metadata.tables import table_keys
-from kraftlake.raft.config import RaftConfig
+from kraftlake.raft.config import RaftConfig, parse_voters
+from kraftlake.raft.draft import node_class
 from kraftlake.raft.log import RaftLog
 from kraftlake.raft.node import LEADER, NO_LEADER, RaftNode, record
 
@@ -43,17 +44,11 @@ INCONSISTENT_CLUSTER_ID = error_code("INCONSISTENT_CLUSTER_ID")
 VERSIONS = {"VoteRequest": 0, "VoteResponse": 0, "BeginQuorumEpochRequest": 0, "BeginQuorumEpochResponse": 0,
             "EndQuorumEpochRequest": 0, "EndQuorumEpochResponse": 0, "FetchRequest": 13, "FetchResponse": 13,
             "DescribeQuorumRequest": 1, "DescribeQuorumResponse": 1, "AlterQuorumRequest": 0,
-            "AlterQuorumResponse": 0}
+            "AlterQuorumResponse": 0, "DiscoverBrokersRequest": 0, "DiscoverBrokersResponse": 0,
+            "FetchQuorumRecordsRequest": 0, "FetchQuorumRecordsResponse": 0}
 # Timers fired at their own deadlines while catching up with one event (about 2 days of an idle observer's
 # fetches); past that, a replica resumes as a process paused that long does (``advance``).
 MAX_TICKS = 100_000
-
-
-def parse_voters(value: str | None) -> tuple[int, ...]:
-    """Ids of ``controller.quorum.voters`` (``1@host:9093,2@host:9093``)."""
-    if not value:
-        return ()
-    return tuple(sorted(int(part.split("@", 1)[0]) for part in value.split(",") if part.strip()))
 
 
 # ------------------------------------------------------------------------- Kafka <-> node messages
@@ -112,6 +107,9 @@ def to_node_message(event: Mapping, limits: Limits | None = None) -> dict:
         flat = {"TargetVoters": None if target is None else [v["VoterId"] for v in target]}
     elif t == "DescribeQuorumRequest":
         flat = {}
+    elif t in ("DiscoverBrokersRequest", "FetchQuorumRecordsRequest", "FetchQuorumRecordsResponse",
+               "DiscoverBrokersResponse"):
+        flat = _draft_to_node(t, d, limits)
     elif t.endswith("Response"):  # Vote, BeginQuorumEpoch, EndQuorumEpoch
         p = dict(_partition(d))
         top = d.get("ErrorCode", 0)
@@ -147,6 +145,9 @@ def to_kafka(msg: Mapping, now: int) -> tuple[str, int, dict]:
             "PartitionIndex": 0, "ErrorCode": 0 if top else err, "HighWatermark": d["HighWatermark"],
             "DivergingEpoch": d["DivergingEpoch"], "CurrentLeader": d["CurrentLeader"],
             "Records": _records_bytes(d["Records"], now)}]}]}
+    elif t in ("DiscoverBrokersRequest", "FetchQuorumRecordsRequest", "FetchQuorumRecordsResponse",
+               "DiscoverBrokersResponse"):
+        data = _draft_to_kafka(t, d, now)
     elif t == "AlterQuorumRequest":
         target = d.get("TargetVoters")
         data = {"TargetVoters": None if target is None else [{"VoterId": v} for v in target]}
@@ -166,6 +167,35 @@ def to_kafka(msg: Mapping, now: int) -> tuple[str, int, dict]:
         d.pop("VoterId", None)  # a v1 field; v0 is written
         data = {"ClusterId": cluster, "Topics": _topics({"PartitionIndex": 0, **d})}
     return t, version, data
+
+
+def _draft_to_node(t: str, d: Mapping, limits: Limits | None) -> dict:
+    """The KIP-595 draft's messages (flat on the wire, one partition) in the node's names."""
+    if t == "FetchQuorumRecordsRequest":
+        return {"ClusterId": d.get("ClusterId"), "ReplicaId": d["ReplicaId"], "CurrentLeaderEpoch": d["LeaderEpoch"],
+                "FetchOffset": d["FetchOffset"], "LastFetchedEpoch": d["LastFetchedEpoch"]}
+    if t == "FetchQuorumRecordsResponse":
+        return {"ErrorCode": d["ErrorCode"], "HighWatermark": d["HighWatermark"],
+                "DivergingEpoch": {"Epoch": d["NextFetchOffsetEpoch"], "EndOffset": d["NextFetchOffset"]},
+                "CurrentLeader": {"LeaderId": d["LeaderId"], "LeaderEpoch": d["LeaderEpoch"]},
+                "Records": _records_of(d.get("Records"), limits)}
+    if t == "DiscoverBrokersResponse":
+        return {**d, "Voters": [v["VoterId"] for v in d["Voters"]], "Brokers": [dict(b) for b in d["Brokers"]]}
+    return dict(d)
+
+
+def _draft_to_kafka(t: str, d: Mapping, now: int) -> dict:
+    if t == "FetchQuorumRecordsRequest":
+        return {"ClusterId": d["ClusterId"], "ReplicaId": d["ReplicaId"], "LeaderEpoch": d["CurrentLeaderEpoch"],
+                "FetchOffset": d["FetchOffset"], "LastFetchedEpoch": d["LastFetchedEpoch"]}
+    if t == "FetchQuorumRecordsResponse":
+        return {"ErrorCode": d["ErrorCode"], "LeaderId": d["CurrentLeader"]["LeaderId"],
+                "LeaderEpoch": d["CurrentLeader"]["LeaderEpoch"], "HighWatermark": d["HighWatermark"],
+                "NextFetchOffsetEpoch": d["DivergingEpoch"]["Epoch"], "NextFetchOffset": d["DivergingEpoch"]["EndOffset"],
+                "Records": _records_bytes(d["Records"], now)}
+    if t == "DiscoverBrokersResponse":
+        return {**d, "Voters": [{"VoterId": v} for v in d["Voters"]]}
+    return dict(d)
 
 
 def traffic_event(msg: Mapping, now: int) -> dict:
@@ -239,7 +269,8 @@ class Replica:
         d = json.loads(text)
         r = cls(d["replica_id"], None, d["down"], d["startup"], d["last_offset"], d["last_time"], d["view"])
         if d["node"] is not None:
-            r.node = RaftNode.from_dict(d["node"], raft_config(properties, r.startup))
+            config = raft_config(properties, r.startup)
+            r.node = node_class(config).from_dict(d["node"], config)
         return r
 
     # ------------------------------------------------------------------------------------ events
@@ -277,16 +308,17 @@ class Replica:
                 sent += self._start(None, now, properties)
                 node = self.node
             assert node is not None
-            try:
-                message = to_node_message(event, Limits.from_settings(properties))
-            except (ValueError, KeyError, TypeError) as exc:  # malformed: reported, nothing else changes
-                rows.append(("rejected", {
-                    "stage": "replay", "source": event.get("source"), "position": event.get("position"),
-                    "offset": event["offset"], "type": t, "version": event.get("version"),
-                    "error": "INVALID_REQUEST" if t.endswith("Request") else "CORRUPT_MESSAGE",
-                    "reason": f"replica {self.replica_id} cannot read this {t}: {exc!r}", "raw": None,
-                    "raw_length": None}))
-                message = None
+            message = None
+            if not node.takes(t):  # the other protocol's message (ADR 0012): nothing changes
+                rows.append(("rejected", self._rejected_row(event, "UNSUPPORTED_VERSION", (
+                    f"replica {self.replica_id} runs the {node.config.protocol} quorum protocol, which has no {t}"))))
+            else:
+                try:
+                    message = to_node_message(event, Limits.from_settings(properties))
+                except (ValueError, KeyError, TypeError) as exc:  # malformed: reported, nothing else changes
+                    rows.append(("rejected", self._rejected_row(
+                        event, "INVALID_REQUEST" if t.endswith("Request") else "CORRUPT_MESSAGE",
+                        f"replica {self.replica_id} cannot read this {t}: {exc!r}")))
             replies = [] if message is None else node.handle(message, now)
             sent += replies
             if t.endswith("Request"):
@@ -307,16 +339,21 @@ class Replica:
         voters = tuple(startup["Voters"]) if startup else parse_voters(properties.get("controller.quorum.voters"))
         sent: list[dict] = []
         if self.node is None:
-            self.node = RaftNode(self.replica_id, voters, config)
+            self.node = node_class(config)(self.replica_id, voters, config)
             sent = self.node.tick(now)
         else:  # a restart: the quorum-state file and the log survive, nothing else does
-            self.node = RaftNode.restore(self.replica_id, voters, config, RaftLog(self.node.log.entries),
-                                         self.node.durable_state(), now)
+            self.node = node_class(config).restore(self.replica_id, voters, config, RaftLog(self.node.log.entries),
+                                                   self.node.durable_state(), now)
         self.node.note(now, "replica_started", voters=list(self.node.voters))
         self.startup, self.down = startup, False
         return sent
 
     # -------------------------------------------------------------------------------------- rows
+    def _rejected_row(self, event: Mapping, error: str, reason: str) -> dict:
+        return {"stage": "replay", "source": event.get("source"), "position": event.get("position"),
+                "offset": event["offset"], "type": event["type"], "version": event.get("version"), "error": error,
+                "reason": reason, "raw": None, "raw_length": None}
+
     def _event_row(self, event: Mapping, time_ms: int, e: Mapping) -> dict:
         detail = {k: v for k, v in e.items() if k not in ("time_ms", "node_id", "event", "epoch", "state")}
         return {"offset": event["offset"], "timestamp": time_ms, "replica_id": self.replica_id,
@@ -344,7 +381,7 @@ class Replica:
             "high_watermark": node.high_watermark if node.hw_known() else -1, "log_end_offset": node.log.end_offset,
             "last_fetched_epoch": node.log.last_epoch, "current_voters": list(node.voters),
             "target_voters": None if node.target_voters is None else list(node.target_voters),
-            "offset": self.last_offset, "timestamp": now})]
+            "cluster_id": node.cluster_id, "offset": self.last_offset, "timestamp": now})]
         return rows + [("quorum_replicas", row) for row in self.view]
 
     def _leader_view(self) -> list[dict]:

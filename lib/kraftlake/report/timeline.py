@@ -289,6 +289,7 @@ def build(tables: DeltaRsTables, start_ms: int | None = None, end_ms: int | None
     count_partitions(tl, history, per_topic, default, topic_list)
     _episodes(tl, tables, topic_list)
     _quorum(tl, leader_changes, state, epoch_start)
+    _voter_assignments(tl, _leader_changes(tables, clock, "VoterAssignmentMessage"))
     tl.moments.sort(key=lambda m: (m.offset, m.what))
     return tl
 
@@ -665,13 +666,14 @@ def _counts(values: np.ndarray) -> dict[int, int]:
 
 # -- the metadata quorum ---------------------------------------------------------------------------------
 
-def _leader_changes(tables: DeltaRsTables, clock: Clock) -> list[dict]:
-    """The log's LeaderChangeMessages in offset order, their event time never going back."""
+def _leader_changes(tables: DeltaRsTables, clock: Clock, type_: str = "LeaderChangeMessage") -> list[dict]:
+    """The log's LeaderChangeMessages (or other control records of the quorum) in offset order, their event
+    time never going back."""
     schema = tables.table("metadata_log").schema().to_arrow()
-    if schema.get_field_index("LeaderChangeMessage") < 0:
+    if schema.get_field_index(type_) < 0:
         return []
-    table = tables.read_arrow("metadata_log", columns=["offset", "timestamp", "leader_epoch", "LeaderChangeMessage"],
-                              filter=pc.field("type") == "LeaderChangeMessage")
+    table = tables.read_arrow("metadata_log", columns=["offset", "timestamp", "leader_epoch", type_],
+                              filter=pc.field("type") == type_)
     rows = sorted(_rows(table, clock), key=lambda r: r["offset"])
     reached = MIN_MS
     for row in rows:
@@ -707,6 +709,20 @@ def _quorum_state(tables: DeltaRsTables, leader_changes: list[dict], clock: Cloc
 
 def _int(value: int | None) -> int:
     return -1 if value is None else int(value)
+
+
+def _voter_assignments(tl: Timeline, rows: list[dict]) -> None:
+    """The KIP-595 draft's bootstrap (ADR 0012): the first VoterAssignmentMessage carries the cluster id its
+    leader generated; each later one, voters AlterQuorum changed."""
+    for i, r in enumerate(rows):
+        if tl.start_ms <= r["timestamp"] <= tl.end_ms:
+            data = r["VoterAssignmentMessage"]
+            voters = [v["VoterId"] for v in data["Voters"]]
+            what = f"quorum bootstrapped: cluster id {data['ClusterId']}, voters {voters}" if i == 0 else \
+                f"quorum voters {voters}"
+            tl.moments.append(Moment(r["offset"], r["timestamp"], f"{what}, epoch {_int(r['leader_epoch'])}",
+                                     "SELECT offset, timestamp, leader_epoch, VoterAssignmentMessage FROM metadata_log "
+                                     f"WHERE offset = {r['offset']}"))
 
 
 def _quorum(tl: Timeline, leader_changes: list[dict], state: QuorumStateFile | None, epoch_start: list[dict]) -> None:

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import heapq
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from kraftlake.raft.config import RaftConfig
+from kraftlake.raft.config import DRAFT, KAFKA, RaftConfig
+from kraftlake.raft.draft import VOTER_ASSIGNMENT
 from kraftlake.raft.log import LogEntry
-from kraftlake.raft.node import LEADER, RaftNode
+from kraftlake.raft.node import LEADER, RaftNode, message
 from kraftlake.raft.replica import Replica, traffic_event
 
 START_MS = 1_763_550_000_000  # event time of the simulation's first instant
@@ -57,6 +58,13 @@ class SimConfig:
     alter_on_election: bool = False
     one_way_every_ms: int = 0  # mean time between one-way link failures (a hears b, b does not hear a)
     log_check_every_ms: int = 100  # log matching is checked every this often (it is quadratic)
+    # kafka, or the KIP-595 draft (ADR 0012): then the voters are quorum.voters, the observers start with
+    # the voters as bootstrap.servers, and the first leader generates the cluster id
+    protocol: str = KAFKA
+    grow_to: int = 0  # the draft's bootstrapping example: AlterQuorum grows the voters to this many (0: never)
+    # mean time between requests of a stray node of another cluster (FOREIGN) to a replica that knows its
+    # cluster id, which must refuse them with INCONSISTENT_CLUSTER_ID (0: none)
+    foreign_every_ms: int = 0
     raft: RaftConfig = field(default_factory=lambda: RaftConfig(
         cluster_id="sim", election_timeout_ms=500, election_backoff_max_ms=500, fetch_timeout_ms=1000,
         request_timeout_ms=300, append_interval_ms=50))
@@ -89,6 +97,8 @@ class SimResult:
     events: list[dict]  # quorum_events rows, as the replicas reported them
     traffic: list[dict]  # every event a replica received, in delivery order (offsets from 0)
     replicas: dict[int, Replica]
+    cluster_ids: tuple[str, ...] = ()  # committed (the KIP-595 draft: the generated one)
+    foreign_refused: int = 0  # requests of another cluster refused by replicas that knew their cluster id
 
     @property
     def ok(self) -> bool:
@@ -96,6 +106,14 @@ class SimResult:
 
 
 ADMIN = -1  # the source of AlterQuorum and DescribeQuorum requests: a client, not a replica
+FOREIGN = 10_000  # a stray node of another cluster
+FOREIGN_CLUSTER_ID = "Zm9yZWlnbi1jbHVzdGVyAA"  # its cluster id (a valid Kafka Uuid, not the simulated one's)
+
+# The draft's bootstrapping example (section "Bootstrapping Procedure"): one voter, two observers that
+# find it by DiscoverBrokers, AlterQuorum growing the voters to three; partitions, crashes and a stray
+# node of another cluster on the way.
+DRAFT_BOOTSTRAP_MIX = SimConfig(voters=1, observers=2, duration_ms=6_000, protocol=DRAFT, grow_to=3,
+                                foreign_every_ms=300, partition_every_ms=1500, partition_ms=800)
 
 
 class Simulation:
@@ -107,6 +125,8 @@ class Simulation:
         self.properties = {"kraftlake.quorum.fetch.interval.ms": str(config.raft.fetch_interval_ms),
                            "kraftlake.quorum.fetch.max.records": str(config.raft.fetch_max_records),
                            "kraftlake.quorum.unsafe.grant.any.vote": str(config.raft.unsafe_grant_any_vote).lower()}
+        self.raft = config.raft if config.protocol == KAFKA else replace(config.raft, protocol=config.protocol,
+                                                                           cluster_id=None)
         self.replicas: dict[int, Replica] = {i: Replica(i) for i in self.ids}
         self.down: dict[int, int] = {}  # node -> restart time
         self.group: dict[int, int] = {i: 0 for i in self.ids}
@@ -119,13 +139,14 @@ class Simulation:
         self.leaders: dict[int, int] = {}
         self.checker = SafetyChecker(self.violations)
         self.messages = 0
+        self.foreign_refused = 0
         self.events: list[dict] = []
 
     # ----------------------------------------------------------------------------------- network
     def _send(self, msgs: list[dict], now: int) -> None:
         for m in msgs:
-            if m["destination"] == ADMIN:
-                continue  # answers to the admin client: the replay's responses table has them
+            if m["destination"] in (ADMIN, FOREIGN):
+                continue  # answers to the admin client or the stray node: the replay's responses table has them
             self.messages += 1
             if self.rng.random() < self.cfg.loss:
                 continue
@@ -136,7 +157,7 @@ class Simulation:
                 heapq.heappush(self.queue, (at, self.seq, m))
 
     def _reachable(self, a: int, b: int) -> bool:
-        if a == ADMIN:
+        if a in (ADMIN, FOREIGN):
             return b not in self.down
         return (a not in self.down and b not in self.down and self.group[a] == self.group[b]
                 and (a, b) not in self.one_way)
@@ -145,8 +166,16 @@ class Simulation:
         """Record the event as traffic and hand it to the replica, as a replay will."""
         event = {**event, "offset": len(self.traffic), "leader_epoch": -1, "destination_id": replica_id}
         self.traffic.append(event)
+        node = self.replicas[replica_id].node
+        guarded = event.get("source_id") == FOREIGN and node is not None and node.cluster_id is not None
         rows, sent = self.replicas[replica_id].apply(event, self.properties)
         for table, row in rows:
+            if guarded and table == "responses":
+                if row["error_name"] != "INCONSISTENT_CLUSTER_ID":
+                    self._violate(row["timestamp"], "foreign_cluster_id_accepted",
+                                  f"node {replica_id} answered a {row['request_type']} of cluster "
+                                  f"{FOREIGN_CLUSTER_ID} with {row['error_name']}")
+                self.foreign_refused += 1
             if table == "quorum_events":
                 self.events.append(row)
                 if row["event"] == "leader_elected":
@@ -163,7 +192,9 @@ class Simulation:
                                    "data": {"ReplicaId": replica_id, **data}})
 
     def _start(self, replica_id: int, now: int) -> None:
-        raft = self.cfg.raft
+        raft = self.raft
+        if raft.protocol == DRAFT and replica_id not in self.voter_ids:
+            raft = replace(raft, bootstrap_servers=",".join(map(str, self.voter_ids)))
         self._lifecycle(replica_id, now, "ReplicaStartup", ClusterId=raft.cluster_id, Voters=list(self.voter_ids),
                         JitterSeed=self.seed, Configs=[{"Name": k, "Value": v} for k, v in
                                                        sorted(raft.kafka_configs().items())])
@@ -202,13 +233,51 @@ class Simulation:
             self.down[leader] = now + self.rng.randint(1, 2 * cfg.down_ms)
         if cfg.alter_every_ms and self.rng.random() < step / cfg.alter_every_ms:
             self._alter_quorum(now)
+        if cfg.grow_to and leader is not None and self.rng.random() < step / 200:
+            self._grow(now, leader)
+        if cfg.foreign_every_ms and self.rng.random() < step / cfg.foreign_every_ms:
+            self._foreign_request(now)
+
+    def _grow(self, now: int, leader: int) -> None:
+        """The bootstrapping example's operator: once the cluster has its id, AlterQuorum to ``grow_to``
+        voters (the lowest ids), asked again until the leader's voters are there."""
+        node = self.replicas[leader].node
+        if node.cluster_id is None or len(node.voters) >= self.cfg.grow_to or node.target_voters is not None:
+            return
+        target = sorted(set(node.voters) | set(self.ids[:self.cfg.grow_to]))[:max(self.cfg.grow_to, len(node.voters))]
+        self._send([{"type": "AlterQuorumRequest", "source": ADMIN, "destination": leader,
+                     "data": {"TargetVoters": target}}], now)
+
+    def _foreign_request(self, now: int) -> None:
+        """A request of a stray node of another cluster to a replica that knows its own cluster's id."""
+        knowing = [i for i, r in self.replicas.items() if i not in self.down and r.node is not None
+                   and r.node.cluster_id is not None]
+        if not knowing:
+            return
+        target = self.rng.choice(knowing)
+        epoch = self.replicas[target].node.epoch + 1
+        fetch = "FetchQuorumRecordsRequest" if self.raft.protocol == DRAFT else "FetchRequest"
+        kinds = [
+            message("VoteRequest", FOREIGN, target, ClusterId=FOREIGN_CLUSTER_ID, VoterId=target, CandidateEpoch=epoch,
+                    CandidateId=FOREIGN, LastOffsetEpoch=epoch - 1, LastOffset=1_000_000),
+            message("BeginQuorumEpochRequest", FOREIGN, target, ClusterId=FOREIGN_CLUSTER_ID, VoterId=target,
+                    LeaderId=FOREIGN, LeaderEpoch=epoch),
+            message("EndQuorumEpochRequest", FOREIGN, target, ClusterId=FOREIGN_CLUSTER_ID, LeaderId=FOREIGN,
+                    LeaderEpoch=epoch, PreferredSuccessors=[]),
+            message(fetch, FOREIGN, target, ClusterId=FOREIGN_CLUSTER_ID, ReplicaId=FOREIGN,
+                    CurrentLeaderEpoch=epoch - 1, FetchOffset=0, LastFetchedEpoch=0)]
+        if self.raft.protocol == DRAFT:
+            kinds.append(message("DiscoverBrokersRequest", FOREIGN, target, ClusterId=FOREIGN_CLUSTER_ID,
+                                 ReplicaId=FOREIGN, Host="stray", Port=9093, BootTimestamp=now))
+        self._send([self.rng.choice(kinds)], now)
 
     def _alter_quorum(self, now: int, target_node: int | None = None) -> None:
         """An operator asks the node it believes leads (or ``target_node``) for new voters: swap one
         voter for a non-voter, add or remove one, or cancel (null)."""
         target_node = target_node or self._leader() or self.rng.choice(self.ids)
         node = self.replicas[target_node].node
-        voters = list(node.voters) if node is not None else list(self.voter_ids)
+        voters = list(node.voters) if node is not None and node.voters else list(self.voter_ids)  # (a draft
+        # observer may know no voters yet)
         others = [i for i in self.ids if i not in voters]
         roll = self.rng.random()
         if roll < 0.25:
@@ -250,7 +319,8 @@ class Simulation:
                 self._deliver(i, {**traffic_event({"type": "DescribeQuorumRequest", "source": ADMIN,
                                                    "destination": i, "data": {}}, now), "source_id": ADMIN})
         return SimResult(self.seed, self.violations, dict(self.leaders), len(self.checker.committed), self.messages,
-                         self.events, self.traffic, self.replicas)
+                         self.events, self.traffic, self.replicas, tuple(sorted(self.checker.cluster_ids)),
+                         self.foreign_refused)
 
     def _until(self, end: int) -> None:
         """Deliver the messages and fire the timers that fall before ``end``, in time order (timers
@@ -275,6 +345,7 @@ class Simulation:
 
     def _check(self, now: int) -> None:
         nodes = {i: r.node for i, r in self.replicas.items() if r.node is not None}
+        self.checker.check_cluster_ids(now, {i: n for i, n in nodes.items() if i not in self.down})
         self.checker.check(now, nodes, set(self.down), log_matching=not (now - START_MS) % self.cfg.log_check_every_ms)
 
 
@@ -289,6 +360,24 @@ class SafetyChecker:
         self.commit_epoch: list[int] = []  # the epoch in which each committed offset was first seen committed
         self.hw_seen: dict[int, int] = {}
         self.checked: dict[int, tuple] = {}  # node -> what its log and hw were when last checked
+        self.cluster_ids: set[str] = set()  # the ClusterIds of the committed VoterAssignmentMessages
+        self._ids_scanned = 0
+        self._two_ids_reported = False
+
+    def check_cluster_ids(self, now: int, nodes: dict[int, RaftNode]) -> None:
+        """The KIP-595 draft's cluster id: the committed log holds one ClusterId, and every node that
+        knows one knows that one (never two ClusterIds)."""
+        for entry in self.committed[self._ids_scanned:]:
+            if isinstance(entry.value, dict) and entry.value.get("type") == VOTER_ASSIGNMENT:
+                self.cluster_ids.add(entry.value["data"]["ClusterId"])
+        self._ids_scanned = len(self.committed)
+        if len(self.cluster_ids) > 1 and not self._two_ids_reported:
+            self._two_ids_reported = True
+            self._violate(now, "two_cluster_ids", f"the committed log holds {sorted(self.cluster_ids)}")
+        for i, n in nodes.items():
+            if n.config.protocol == DRAFT and n.cluster_id is not None and self.cluster_ids \
+                    and n.cluster_id not in self.cluster_ids:
+                self._violate(now, "two_cluster_ids", f"node {i} knows {n.cluster_id}, committed: {sorted(self.cluster_ids)}")
 
     def restarted(self, node_id: int, high_watermark: int) -> None:
         """A node came back: its high watermark may restart lower (it is not durable)."""
@@ -349,5 +438,5 @@ def simulate(seed: int, config: SimConfig = SimConfig()) -> SimResult:
     return Simulation(seed, config).run()
 
 
-__all__ = ["ADMIN", "START_MS", "VOTER_CHANGE_MIX", "SafetyChecker", "SimConfig", "SimResult", "Simulation", "Violation",
+__all__ = ["ADMIN", "DRAFT_BOOTSTRAP_MIX", "FOREIGN", "START_MS", "VOTER_CHANGE_MIX", "SafetyChecker", "SimConfig", "SimResult", "Simulation", "Violation",
            "simulate"]

@@ -39,7 +39,7 @@ def quorum_state_file(result: SimResult) -> dict:
     """Kafka's ``quorum-state`` (QuorumStateData v0 as JSON) of the replica whose log is written."""
     best = max((r.node for r in result.replicas.values() if r.node is not None),
                key=lambda n: (n.high_watermark, n.state == LEADER))
-    return {"clusterId": best.config.cluster_id or "", "leaderId": best.leader_id, "leaderEpoch": best.epoch,
+    return {"clusterId": best.cluster_id or "", "leaderId": best.leader_id, "leaderEpoch": best.epoch,
             "votedId": -1 if best.voted_for is None else best.voted_for, "appliedOffset": 0,
             "currentVoters": [{"voterId": v} for v in best.voters], "data_version": 0}
 

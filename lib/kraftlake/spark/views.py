@@ -67,14 +67,26 @@ ORDER BY p.topic, p.partition
 # the batches carry, with the LeaderChangeMessage that opened it (leader, voters, granting voters) and how
 # long it lasted. An epoch that wrote nothing (an election that won nothing, or a leader that appended
 # nothing before the next election) still gets its row, with no records.
-QUORUM_HISTORY = """
+def quorum_history_view(log_columns: list[str]) -> str:
+    """``quorum_history``'s SQL: each epoch with the LeaderChangeMessage that opened it; when the log has
+    the KIP-595 draft's VoterAssignmentMessages (ADR 0012), the ClusterId and voters each epoch's leader
+    wrote, so that the epoch that bootstrapped the cluster (generated its id) and those that grew it show."""
+    assigned = "VoterAssignmentMessage" in log_columns
+    assignments = """,
+assignments AS (
+  SELECT leader_epoch AS epoch, min_by(VoterAssignmentMessage.ClusterId, offset) AS cluster_id,
+         max_by(transform(VoterAssignmentMessage.Voters, v -> v.VoterId), offset) AS assigned_voters
+  FROM metadata_log WHERE type = 'VoterAssignmentMessage' GROUP BY leader_epoch)""" if assigned else ""
+    columns = ", v.cluster_id, v.assigned_voters" if assigned else ""
+    join = " LEFT JOIN assignments v ON v.epoch = a.epoch" if assigned else ""
+    return f"""
 WITH epochs AS (
   SELECT leader_epoch AS epoch, min(offset) AS first_offset, min(timestamp) AS first_timestamp,
          count(*) AS records
   FROM metadata_log WHERE leader_epoch >= 0 GROUP BY leader_epoch),
 changes AS (
   SELECT leader_epoch AS epoch, min_by(LeaderChangeMessage, offset) AS change
-  FROM metadata_log WHERE type = 'LeaderChangeMessage' GROUP BY leader_epoch),
+  FROM metadata_log WHERE type = 'LeaderChangeMessage' GROUP BY leader_epoch){assignments},
 every_epoch AS (SELECT explode(sequence(min(epoch), max(epoch))) AS epoch FROM epochs),
 log_end AS (SELECT max(timestamp) AS last FROM metadata_log)
 SELECT a.epoch, c.change.LeaderId AS leader, transform(c.change.Voters, v -> v.VoterId) AS voters,
@@ -82,11 +94,15 @@ SELECT a.epoch, c.change.LeaderId AS leader, transform(c.change.Voters, v -> v.V
        e.first_offset, e.first_timestamp, coalesce(e.records, 0) AS records,
        unix_millis(coalesce(min(e.first_timestamp) OVER (ORDER BY a.epoch
                                 ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING), log_end.last))
-         - unix_millis(e.first_timestamp) AS duration_ms
-FROM every_epoch a LEFT JOIN epochs e ON e.epoch = a.epoch LEFT JOIN changes c ON c.epoch = a.epoch
+         - unix_millis(e.first_timestamp) AS duration_ms{columns}
+FROM every_epoch a LEFT JOIN epochs e ON e.epoch = a.epoch LEFT JOIN changes c ON c.epoch = a.epoch{join}
 CROSS JOIN log_end
 ORDER BY a.epoch
 """
+
+
+def _quorum_history(catalog: Any) -> str:
+    return quorum_history_view(catalog.spark.table("metadata_log").columns)
 
 
 # Kafka's codes by name. The tables keep what Kafka's records hold (a ConfigRecord's ResourceType, a
@@ -133,7 +149,8 @@ def cluster_view(names: list[str], log_columns: list[str]) -> str | None:
     table may lack a newer type's): the cluster's id, where the input has it, and
     its finalized feature levels now (the last ``features`` row of each). Kafka keeps the id in each log
     directory's meta.properties, not in the metadata log; the log holds it only in requests (a hand-written
-    BrokerRegistrationRequest, the quorum's traffic). The first place that has one, in this order, says it."""
+    BrokerRegistrationRequest, the KIP-595 draft's VoterAssignmentMessage, the quorum's traffic). The first
+    place that has one, in this order, says it."""
     found = []
     if "quorum_files" in names:
         # Spark unescapes the literal's \t, \r, \n into the characters: the regex holds no backslash
@@ -142,7 +159,8 @@ def cluster_view(names: list[str], log_columns: list[str]) -> str | None:
     carrying = sorted(m.name for m in registry().event_types() if "ClusterId" in m.by_name and m.name in log_columns)
     if "metadata_log" in names and carrying:
         found.append(f"SELECT coalesce({', '.join(f'{t}.ClusterId' for t in carrying)}) AS id, type AS found_in, "
-                     "CASE type WHEN 'BrokerRegistrationRequest' THEN 1 ELSE 2 END AS rank FROM metadata_log "
+                     "CASE type WHEN 'BrokerRegistrationRequest' THEN 1 WHEN 'VoterAssignmentMessage' THEN 1 ELSE 2 END "
+                     "AS rank FROM metadata_log "
                      f"WHERE type IN ({', '.join(repr(t) for t in carrying)})")
     if "quorum_files" in names:
         found.append("SELECT get_json_object(content, '$.clusterId') AS id, 'quorum-state' AS found_in, 99 AS rank "
@@ -188,7 +206,8 @@ class View:
 VIEWS = (
     View("describe", DESCRIBE, "One line per partition, topics by name, in the spirit of kafka-topics.sh --describe."),
     View("reassignments", REASSIGNMENTS, "Partitions under reassignment (KIP-455), with when it started and its age."),
-    View("quorum_history", QUORUM_HISTORY, "The metadata quorum's epochs (KIP-595): leader, voters, records, duration."),
+    View("quorum_history", _quorum_history, "The metadata quorum's epochs (KIP-595): leader, voters, records, duration.",
+         needs="metadata_log"),
     *(View(f"{table}_decoded", _decoded(table), f"{table} with Kafka's codes by name ({', '.join(codes)}).")
       for table, codes in (("brokers", ["state"]), ("configs", ["resource_type"]),
                            ("partitions", ["leader_recovery_state", "directories"]),
