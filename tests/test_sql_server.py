@@ -4,7 +4,6 @@ own beeline (a Java JDBC client), compared with Spark SQL over the same tables, 
 from __future__ import annotations
 
 import csv
-import ipaddress
 import json
 import os
 import signal
@@ -18,7 +17,7 @@ import pytest
 from kraftlake.spark.catalog import Catalog
 from kraftlake.storage import Warehouse
 from kraftlake.storage.ingest import ingest_source
-from servers import child_pids, start, stop, wait_for, wait_for_line
+from servers import listening_addresses, start, stop, wait_for, wait_for_line
 
 REPO = Path(__file__).resolve().parent.parent
 BEELINE = Path(pyspark.__file__).parent / "bin" / "beeline"
@@ -48,33 +47,6 @@ def spark_rows(spark, root: str, statement: str) -> list[list[str]]:  # noqa: AN
     return [["" if v is None else str(v) for v in row] for row in rows]
 
 
-def listening(pids: list[int]) -> list[tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]]:
-    """The addresses the processes ``pids`` listen on (TCP, v4 and v6), from /proc."""
-    inodes = set()
-    for pid in pids:
-        for fd in Path(f"/proc/{pid}/fd").iterdir():
-            try:
-                target = os.readlink(fd)
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                inodes.add(target[len("socket:["):-1])
-    addresses = []
-    for table, size in (("tcp", 4), ("tcp6", 16)):
-        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
-                host, port = fields[1].split(":")
-                raw = bytes.fromhex(host)
-                packed = b"".join(raw[i:i + 4][::-1] for i in range(0, size, 4))  # /proc prints 32-bit words
-                addresses.append((ipaddress.ip_address(packed), int(port, 16)))
-    return addresses
-
-
-def is_loopback(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    return ip.is_loopback or (ip.version == 6 and ip.ipv4_mapped is not None and ip.ipv4_mapped.is_loopback)
-
-
 def test_the_sql_server_answers_beeline_sees_new_commits_listens_on_loopback_and_stops(spark, fixtures_dir,
                                                                                        tmp_path) -> None:  # noqa: ANN001
     root = str(tmp_path / "w")
@@ -89,10 +61,9 @@ def test_the_sql_server_answers_beeline_sees_new_commits_listens_on_loopback_and
         assert f"{BEELINE} -u {url}" in log.read_text()  # how to connect, said where it listens
 
         # every port of the server's processes (Thrift, py4j, the driver's RPC and block manager) is loopback
-        processes = [process.pid, *child_pids(process.pid)]
-        addresses = listening(processes)
-        assert port in [p for _, p in addresses], addresses
-        assert [(str(ip), p) for ip, p in addresses if not is_loopback(ip)] == []
+        addresses = listening_addresses(process.pid)
+        assert f"127.0.0.1:{port}" in addresses, addresses
+        assert sorted(a for a in addresses if not a.startswith("127.0.0.1:")) == []
 
         for question in QUESTIONS:
             assert beeline(url, question) == spark_rows(spark, root, question)
