@@ -17,7 +17,7 @@ import pytest
 from kraftlake.spark.catalog import Catalog
 from kraftlake.storage import Warehouse
 from kraftlake.storage.ingest import ingest_source
-from servers import listening_addresses, start, stop, wait_for, wait_for_line
+from servers import child_pids, listening_addresses, start, stop, wait_for, wait_for_line
 
 REPO = Path(__file__).resolve().parent.parent
 BEELINE = Path(pyspark.__file__).parent / "bin" / "beeline"
@@ -61,6 +61,7 @@ def test_the_sql_server_answers_beeline_sees_new_commits_listens_on_loopback_and
         assert f"{BEELINE} -u {url}" in log.read_text()  # how to connect, said where it listens
 
         # every port of the server's processes (Thrift, py4j, the driver's RPC and block manager) is loopback
+        processes = [process.pid, *child_pids(process.pid)]
         addresses = listening_addresses(process.pid)
         assert f"127.0.0.1:{port}" in addresses, addresses
         assert sorted(a for a in addresses if not a.startswith("127.0.0.1:")) == []
