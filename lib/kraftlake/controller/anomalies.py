@@ -108,7 +108,8 @@ def _row(kind: str, entity: str, offset: int, timestamp: int, cause: str, cause_
 # An open episode's row in the state store: the values of these columns (the others are null while it lasts).
 _KEPT = ("kind", "entity", "broker_id", "topic", "topic_id", "partition", "start_offset", "start_time", "cause",
          "cause_offset", "cause_type", "detail")
-_OPEN = {"end_offset": None, "end_time": None}
+_COLUMNS = ("kind", "entity", "broker_id", "topic", "topic_id", "partition", "start_offset", "start_time",
+            "end_offset", "end_time", "cause", "cause_offset", "cause_type", "detail")  # as ``_row`` makes them
 
 
 def _closed(row: dict, offset: int, timestamp: int, why: str) -> dict:
@@ -319,7 +320,8 @@ class Anomalies:
 
     def to_dict(self) -> dict:
         return {"leaders": sorted([b, n] for b, n in self.leaders.items() if n),
-                "preferred": sorted([b, n] for b, n in self.preferred.items() if n), "counted": self.counted,"open": [[row[k] for k in _KEPT] for row in self.open.values()],
+                "preferred": sorted([b, n] for b, n in self.preferred.items() if n), "counted": self.counted,
+                "open": [[row[k] for k in _KEPT] for row in self.open.values()],
                 "reassigning": [[e, s, t, ty, list(p)] for e, (s, t, ty, p) in sorted(self.reassigning.items())],
                 "unfencings": [[b, [list(u) for u in us]] for b, us in sorted(self.unfencings.items())]}
 
@@ -329,7 +331,8 @@ class Anomalies:
         step's (``Thresholds.of`` its config)."""
         self = cls()
         for values in (d or {}).get("open", []):
-            row = {**_OPEN, **dict(zip(_KEPT, values))}
+            kept = dict(zip(_KEPT, values))
+            row = {k: kept.get(k) for k in _COLUMNS}  # the end null while it lasts; keys in _row's order
             self.open[(row["kind"], row["entity"])] = row
             self._watch(row["topic_id"], 1)
         for entity, start, time, type_, place in (d or {}).get("reassigning", []):

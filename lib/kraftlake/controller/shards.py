@@ -276,6 +276,7 @@ class _Step:
         # the batches of this step's log records that hold records causing others, by (source, position)
         self.batches: dict[tuple[str | None, int | None], Batch] = {}
         self.before_decision = False  # generated records come from what precedes a request's own decision
+        self.cause_types: dict[int, str] = {}  # the type of each event of the step that may cause changes
         self.timeout_ms = session_timeout_ms(config)
         self.rebalance = setting(config, "auto.leader.rebalance.enable").strip().lower() == "true"
         # up to this event time no session can expire (``quiet_until``), and the brokers the controller has in
@@ -284,9 +285,14 @@ class _Step:
         self.leaving: frozenset[int] | None = None
         self.anomalies = state.anomalies
         self.anomalies.thresholds = Thresholds.of(config)
-        self.cause_types: dict[int, str] = {}  # the type of each event of the step that may cause changes
         # min.insync.replicas by topic name, until an event that may change one (``min_isr``)
         self.min_isrs: dict[str, int] = {}
+
+    def cause_type(self, kind: str, offset: int) -> str | None:
+        """The type of the event at ``offset`` a cause of ``kind`` names: one of this step's, or one the kind
+        alone says (a topic's creation may lie micro-batches back; a broker record causes the changes of its
+        own record batch, which a micro-batch never splits)."""
+        return self.cause_types.get(offset) or causes.TYPE_OF_KIND.get(kind)
 
     def owns(self, topic_id: str) -> bool:
         return shard_of_topic(topic_id, self.shards) == self.shard
@@ -349,7 +355,7 @@ class _Step:
                     history_row(topic, history_event, before, after, why))
             self.anomalies.lead(before, after)
             cause_type = cause["type"] if decided else history_event["type"] if why.offset is None else \
-                self.cause_types.get(why.offset)
+                self.cause_type(why.kind, why.offset)
             self.anomalies.partition_change(
                 Place(cause["offset"], event["timestamp"], topic, current.topic_id, current.partition_id), before,
                 after, why, cause_type, self.min_isr(topic))
@@ -568,17 +574,25 @@ class _Step:
         mins = np.array([self.min_isr(t) for t in topics.dictionary.to_pylist()], np.int64)[topics.indices.to_numpy()]
         seen = ((leader == NO_LEADER) | (leader_before == NO_LEADER) | (applied.recovery == RECOVERING)
                 | (sizes[np.searchsorted(codes, isr)] < mins) | (sizes[np.searchsorted(codes, isr_before)] < mins))
+        ids = pa.array(changes.topic_ids, pa.string()).dictionary_encode()
+        id_list, id_rows = ids.dictionary.to_pylist(), ids.indices.to_numpy()
+
+        def watched() -> np.ndarray:
+            return np.array([t in anomalies.watched for t in id_list], bool)[id_rows]
+
         if anomalies.watched:
-            ids = pa.array(changes.topic_ids, pa.string()).dictionary_encode()
-            watched = np.array([t in anomalies.watched for t in ids.dictionary.to_pylist()], bool)
-            seen |= watched[ids.indices.to_numpy()]
+            seen |= watched()
         moved = np.flatnonzero((leader != leader_before) & (leader != NO_LEADER) & ~seen)
         if len(moved):  # elected from outside the ISR: decided once per (ISR, leader) pair
             pairs = (isr_before[moved].astype(np.int64) << 32) | leader[moved].astype(np.int64)
             unique = np.unique(pairs)
             outside = np.fromiter(((p & 0xFFFFFFFF) not in ints[p >> 32] for p in unique.tolist()), bool, len(unique))
             seen[moved[outside[np.searchsorted(unique, pairs)]]] = True
-        for i in np.flatnonzero(seen).tolist():
+        todo, k = np.flatnonzero(seen).tolist(), 0
+        while k < len(todo):
+            i = todo[k]
+            k += 1
+            watching = set(anomalies.watched)
             row, kind, cause_offset = int(rows[i]), causes.COLUMN_KINDS[kinds[i]], int(cause_offsets[i])
             elr, replicas = ints[cols["elr"][row]], ints[cols["replicas"][row]]
             adding, removing = ints[cols["adding_replicas"][row]], ints[cols["removing_replicas"][row]]
@@ -588,7 +602,12 @@ class _Step:
             anomalies.partition_change(
                 Place(int(changes.offsets[i]), int(changes.timestamps[i]), names[i], changes.topic_ids[i],
                       int(changes.partitions[i])), before, after, why,
-                "PartitionChangeRecord" if cause_offset < 0 else self.cause_types.get(cause_offset), int(mins[i]))
+                "PartitionChangeRecord" if cause_offset < 0 else self.cause_type(kind, cause_offset), int(mins[i]))
+            if not watching.issuperset(anomalies.watched):  # an episode opened: its topic's later changes count
+                later = watched()
+                later[:i + 1] = False
+                seen |= later
+                todo = todo[:k] + (np.flatnonzero(seen[i + 1:]) + i + 1).tolist()
 
     def settled(self, now: int) -> bool:
         """Whether a request at event time ``now`` finds nothing to do before its own decision: this term
@@ -771,6 +790,7 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
         # the leadership counts as the step starts (``anomalies.Leadership``)
         state.anomalies.reported = [(last, -1, state.anomalies.counts())]
         events = sorted((e for e in events if e["offset"] > last), key=_OFFSET)
+        work.cause_types = {e["offset"]: e["type"] for e in events if e["type"] in causes.CAUSE_TYPES}
         if columns and changes is None:
             simple = [e["type"] == "PartitionChangeRecord" and partition_changes.is_simple(e["data"]) for e in events]
             changes = partition_changes.Changes.of_events([e for e, s in zip(events, simple) if s])
@@ -779,7 +799,6 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
             events = sorted(events + [changes.event(i) for i in range(len(changes))], key=lambda e: e["offset"])
             changes = None
         work.batches = _batches(events)  # simple PartitionChangeRecords cause nothing: they are not looked at
-        work.cause_types = {e["offset"]: e["type"] for e in events if e["type"] in causes.CAUSE_TYPES}
         if changes is not None:
             changes = changes.take(np.flatnonzero(changes.offsets > state.last_offset))
         if changes is not None and len(changes) == 0:

@@ -54,6 +54,7 @@ SNAPSHOT_LOADED = "snapshot_loaded"
 
 # Causes of partition changes (partition_history.cause_kind) besides the broker states above.
 TOPIC_CREATED, PARTITIONS_CREATED, TOPIC_DELETED = "topic_created", "partitions_created", "topic_deleted"
+TYPE_OF_KIND = {TOPIC_CREATED: "TopicRecord"}  # the causes whose kind says the type of the event they name
 REASSIGNMENT, LEADER_ELECTION, ISR_CHANGE = "reassignment", "leader_election", "isr_change"
 DIRECTORY_ASSIGNMENT = "directory_assignment"
 
