@@ -592,7 +592,8 @@ class _Step:
         while k < len(todo):
             i = todo[k]
             k += 1
-            watching = set(anomalies.watched)
+            topic_id = changes.topic_ids[i]
+            was_watched = topic_id in anomalies.watched
             row, kind, cause_offset = int(rows[i]), causes.COLUMN_KINDS[kinds[i]], int(cause_offsets[i])
             elr, replicas = ints[cols["elr"][row]], ints[cols["replicas"][row]]
             adding, removing = ints[cols["adding_replicas"][row]], ints[cols["removing_replicas"][row]]
@@ -600,10 +601,10 @@ class _Step:
             after = Seen(int(leader[i]), ints[isr[i]], elr, replicas, adding, removing, int(applied.recovery[i]))
             why = Cause(kind, None if cause_offset < 0 else cause_offset)
             anomalies.partition_change(
-                Place(int(changes.offsets[i]), int(changes.timestamps[i]), names[i], changes.topic_ids[i],
+                Place(int(changes.offsets[i]), int(changes.timestamps[i]), names[i], topic_id,
                       int(changes.partitions[i])), before, after, why,
                 "PartitionChangeRecord" if cause_offset < 0 else self.cause_type(kind, cause_offset), int(mins[i]))
-            if not watching.issuperset(anomalies.watched):  # an episode opened: its topic's later changes count
+            if not was_watched and topic_id in anomalies.watched:  # an episode opened: its topic's later changes count
                 later = watched()
                 later[:i + 1] = False
                 seen |= later
