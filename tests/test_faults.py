@@ -50,12 +50,12 @@ class SmallDisk:
 
     def fill(self) -> None:
         if self.mounted:
-            with self.filler.open("wb") as out:
-                try:
+            try:  # the run may have filled the disk already: then even creating the filler fails
+                with self.filler.open("wb") as out:
                     while True:
                         out.write(bytes(1 << 16))
-                except OSError as exc:
-                    assert exc.errno == errno.ENOSPC
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
         self.full = True
 
     def free(self) -> None:
