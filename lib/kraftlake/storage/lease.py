@@ -259,7 +259,6 @@ class Lease:
         The block must check ``lost`` now and then: the thread sets it (and stops) when the lease was
         taken over, or when renewals kept failing (storage unreachable, disk full) for ``ttl_ms``.
         """
-        self.acquire()
         stop = threading.Event()
 
         def renew_until_stopped() -> None:
@@ -278,12 +277,14 @@ class Lease:
                         return
 
         renewer = threading.Thread(target=renew_until_stopped, name=f"kraftlake-lease-{self.job}", daemon=True)
-        renewer.start()
-        try:
+        try:  # a SIGTERM may land inside acquire() once the lease is taken: it is given back all the same
+            self.acquire()
+            renewer.start()
             yield self
         finally:
             stop.set()
-            renewer.join()
+            if renewer.ident is not None:
+                renewer.join()
             try:
                 self.release()
             except Exception as exc:  # the lease then expires by itself (at once for a restart on this host)
