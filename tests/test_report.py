@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -39,12 +40,16 @@ from hypothesis import strategies as st
 from kraftlake.cli import report as report_job
 from kraftlake.cli import simulate as simulate_job
 from kraftlake.cli.launcher import USAGE, run_job
+from kraftlake.cli.sql_session import Session
+from kraftlake.cli.sql_shell import Shell
+from kraftlake.metadata.config import load_config
 from kraftlake.metadata.tables import metadata_log_schema, table_arrow_schema
 from kraftlake.report.html import PLOT, render
 from kraftlake.report.timeline import (ANOMALY_COLUMNS, FENCED, HISTORY_COLUMNS, OFFLINE, QUIET_MS, REASSIGNING,
                                        REGISTERED, SHUTTING_DOWN, UNDER_MIN_ISR, UNFENCED, Timeline, build,
                                        count_episodes, count_partitions, sql_string, time_axis)
 from kraftlake.storage.tables import events_to_arrow
+from kraftlake.spark.catalog import Catalog
 from kraftlake.spark.views import register_views
 from kraftlake.storage import Warehouse
 from kraftlake.storage.deltars import DeltaRsTables
@@ -643,7 +648,8 @@ def test_hostile_names_in_the_tables_never_run_when_the_page_is_pasted_into_bash
     assert not list(tmp_path.glob("probe*"))
 
 
-def test_every_anomaly_of_the_page_is_a_row_of_the_anomalies_table(shutdown_warehouse, spark, tmp_path):
+def test_every_anomaly_of_the_page_is_a_row_of_the_anomalies_table_and_the_shell_lists_them(
+        shutdown_warehouse, spark, tmp_path, monkeypatch, capsys):
     root = tmp_path / "w"
     tables = _copy(shutdown_warehouse, root)
     whole = build(tables)
@@ -667,6 +673,33 @@ def test_every_anomaly_of_the_page_is_a_row_of_the_anomalies_table(shutdown_ware
     assert [(r["kind"], r["entity"]) for r in _sql(copy, sql[100])] == [("unclean_election", "orders-0")]
     assert [r["detail"] for r in _sql(copy, sql[103])] == ["orders-1 at 103"]
     assert [r["end_offset"] for r in _sql(copy, sql[110])] == [110]
+
+    # the SQL shell: \anomalies lists what is open now, \anomalies WHAT a kind's, an entity's or a topic's
+    monkeypatch.setattr("sys.stdin", io.StringIO("\\format json\n\\anomalies\n\\anomalies broker 2\n"
+                                                 "\\anomalies orders\n\\anomalies unclean_election\n"))
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False, raising=False)
+    capsys.readouterr()
+    try:
+        shell = Shell(Session(Catalog(copy), "text", 100, timing=True),
+                      load_config(overrides=["kraftlake.sql.history.file="]))
+        assert shell.run() == 0
+    finally:
+        _REGISTERED.clear()  # the catalog dropped this module's views
+    out, err = capsys.readouterr()
+    rows = [json.loads(line) for line in out.splitlines()]
+    counts = [int(n) for n in re.findall(r"(\d+) row\(s\)", err)]
+    assert counts == [57, 1, 2, 1], err  # 54 offline (the shutdown), flapping, leaderless, stuck
+    now, broker, orders, unclean = (rows[sum(counts[:i]):sum(counts[:i + 1])] for i in range(4))
+    offline = _sql(copy, "SELECT entity, start_offset FROM anomalies WHERE kind = 'offline_partition'")
+    assert sorted((r["entity"], r["start_offset"]) for r in now if r["kind"] == "offline_partition") == \
+        sorted((r["entity"], r["start_offset"]) for r in offline) and len(offline) == 54
+    assert {r["kind"] for r in now} == {"offline_partition", "broker_flapping", "quorum_leaderless",
+                                        "stuck_reassignment"}
+    assert [r["start_offset"] for r in now] == sorted(r["start_offset"] for r in now)
+    assert [r["age_ms"] for r in now if r["kind"] == "broker_flapping"] == [whole.end_ms - at]  # to the log's end
+    assert [(r["kind"], r["end_offset"]) for r in broker] == [("broker_flapping", None)]
+    assert [(r["entity"], r["end_offset"]) for r in orders] == [("orders-0", 100), ("orders-1", 110)]
+    assert [r["entity"] for r in unclean] == ["orders-0"]
 
 
 def test_a_warehouse_without_the_anomalies_table_is_refused_naming_the_replay(shutdown_warehouse, tmp_path, capsys):
