@@ -1,21 +1,24 @@
 """jobs/report.py: the incident timeline, checked three ways.
 
-- The counting (offline, under min.insync.replicas, reassigning, per-broker changes) is column-wise numpy;
-  a property test holds it equal to a plain replay of the same history, row by row, in any row order.
+- The counting (offline and under min.insync.replicas from the anomalies table's episodes, reassigning and
+  per-broker changes from partition_history) is column-wise numpy; a property test holds it equal to a
+  plain replay of the same history, row by row, in any row order.
 - On warehouses the controller built (the real single-broker-shutdown log, and a simulated cluster with
   crashes, ISR shrinks and reassignments), its numbers equal the oracle's and what Spark SQL says, and
-  every moment's SQL returns what the moment claims.
+  every moment's SQL returns what the moment claims; on the real three-brokers-restarts log every anomaly
+  moment is a row of the anomalies table, with its start and end.
 - The time axis draws every stretch where something changed wide and compresses only quiet ones; on the
   real three-brokers-restarts log every incident is wide enough to see, and its moments' counts equal
   what Spark SQL says at each millisecond.
 - In a real browser (headless Chromium), the page shows the bands and counts a person reads.
 - Hostile data: names that are shell or SQL code in the tables never run when the page's command lines
-  are pasted into bash, and SQL literals mean exactly the name; values the report cannot use (a
-  timestamp of 10^15 ms, a min.insync.replicas of "two") are one notice, not a failure.
+  are pasted into bash, and SQL literals mean exactly the name; a value the report cannot use (a
+  timestamp of 10^15 ms) is one notice, not a failure.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -29,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -36,12 +40,16 @@ from hypothesis import strategies as st
 from kraftlake.cli import report as report_job
 from kraftlake.cli import simulate as simulate_job
 from kraftlake.cli.launcher import USAGE, run_job
+from kraftlake.cli.sql_session import Session
+from kraftlake.cli.sql_shell import Shell
+from kraftlake.metadata.config import load_config
 from kraftlake.metadata.tables import metadata_log_schema, table_arrow_schema
 from kraftlake.report.html import PLOT, render
-from kraftlake.report.timeline import (FENCED, HISTORY_COLUMNS, OFFLINE, QUIET_MS, REASSIGNING, REGISTERED,
-                                       SHUTTING_DOWN, UNDER_MIN_ISR, UNFENCED, Timeline, build, count_partitions, sql_string,
-                                       time_axis)
+from kraftlake.report.timeline import (ANOMALY_COLUMNS, FENCED, HISTORY_COLUMNS, OFFLINE, QUIET_MS, REASSIGNING,
+                                       REGISTERED, SHUTTING_DOWN, UNDER_MIN_ISR, UNFENCED, Timeline, build,
+                                       count_episodes, count_partitions, sql_string, time_axis)
 from kraftlake.storage.tables import events_to_arrow
+from kraftlake.spark.catalog import Catalog
 from kraftlake.spark.views import register_views
 from kraftlake.storage import Warehouse
 from kraftlake.storage.deltars import DeltaRsTables
@@ -140,6 +148,41 @@ def histories(draw: st.DrawFn) -> list[dict]:
     return rows
 
 
+def _plain_episodes(rows: list[dict], min_isr: dict[str, int], default: int) -> list[dict]:
+    """The anomalies rows of offline and under-min.insync.replicas partitions in ``rows``, by their rules
+    (docs/anomalies.md) applied one change at a time: open at the change after which the condition holds,
+    closed at the one after which it does not, or at the topic's deletion."""
+    rules = {"offline_partition": lambda r: r["leader"] == -1,
+             "under_min_isr": lambda r: len(r["isr"] or []) < min_isr.get(r["topic"], default)}
+    opened: dict[tuple[str, str], dict] = {}
+    episodes = []
+    for r in sorted(rows, key=lambda r: (r["offset"], r["applied_offset"])):
+        for kind, holds in rules.items():
+            key = (kind, f"{r['topic']}-{r['partition']}")
+            now = r["change"] != "delete" and holds(r)
+            if now and key not in opened:
+                opened[key] = {"kind": kind, "entity": key[1], "topic": r["topic"], "partition": r["partition"],
+                               "start_offset": r["offset"], "start_ms": r["timestamp"], "end_offset": None,
+                               "end_ms": None}
+                episodes.append(opened[key])
+            elif not now and key in opened:
+                opened.pop(key).update(end_offset=r["offset"], end_ms=r["timestamp"])
+    return episodes
+
+
+def _episodes_table(episodes: list[dict]) -> pa.Table:
+    """Episodes as ``read_episodes`` gives them: the anomalies table's columns and times in milliseconds."""
+    schema = table_arrow_schema("anomalies")
+    rows = [{"detail": f"{e['entity']} at {e['start_offset']}", **e} for e in episodes]
+    columns = {name: pa.array([r.get(name) for r in rows], schema.field(name).type) for name in ANOMALY_COLUMNS
+               if not name.endswith("_time")}
+    columns["start_time"] = pa.array([r["start_ms"] for r in rows], pa.timestamp("ms", "UTC"))
+    columns["end_time"] = pa.array([r["end_ms"] for r in rows], pa.timestamp("ms", "UTC"))
+    columns["start_ms"] = pa.array([r["start_ms"] for r in rows], pa.int64())
+    columns["end_ms"] = pa.array([r["end_ms"] for r in rows], pa.int64())
+    return pa.table({name: columns[name] for name in [*ANOMALY_COLUMNS, "start_ms", "end_ms"]})
+
+
 def _history_table(rows: list[dict]) -> pa.Table:
     """The rows as the warehouse's partition_history columns (timestamps given in milliseconds)."""
     schema = table_arrow_schema("partition_history")
@@ -157,11 +200,13 @@ def test_counts_equal_a_plain_replay_in_any_row_order(rows, window, buckets, lin
     start, length = window
     end = start + length
     min_isr, default = {"a": 2}, 1
-    shuffled = list(rows)
+    shuffled, episodes = list(rows), _plain_episodes(rows, min_isr, default)
     order.shuffle(shuffled)
+    order.shuffle(episodes)
     axis = time_axis(start, end, np.array([r["timestamp"] for r in rows], dtype=np.int64), linear)
     tl = Timeline.over(start, end, axis, buckets)
-    count_partitions(tl, _history_table(shuffled), min_isr, default)
+    count_episodes(tl, _episodes_table(episodes))
+    count_partitions(tl, _history_table(shuffled))
 
     levels = _plain_levels([r for r in rows if r["timestamp"] <= end], min_isr, default)
     for name in (OFFLINE, UNDER_MIN_ISR, REASSIGNING):
@@ -361,7 +406,7 @@ def test_a_window_and_a_topic_narrow_the_partitions_not_the_brokers(shutdown_war
 
 
 def test_a_simulated_cluster_agrees_with_sql(simulated_warehouse):
-    tl = build(simulated_warehouse, kafka_config=MIN_ISR)
+    tl = build(simulated_warehouse)
     assert tl.series[OFFLINE].worst > 0 or tl.series[UNDER_MIN_ISR].worst > 0
     assert tl.series[UNDER_MIN_ISR].worst > 0 and tl.series[REASSIGNING].worst > 0
     assert any(span.state == FENCED for spans in tl.brokers.values() for span in spans)
@@ -411,6 +456,19 @@ def test_every_incident_of_the_three_brokers_restarts_is_visible_and_counted_as_
     assert [(m.timestamp, m.what[:len(p)]) for m, (_, p) in zip(offline, plain)] == plain and len(offline) == len(plain)
     assert max(r["offline"] for r in per_ms) == tl.series[OFFLINE].worst == 52
     assert "52 partition(s) offline (51 more)" in [m.what for m in offline]  # 1 went first, 51 28 ms later
+    # each outage begins at its first episode's start and ends at its last one's end, as the anomalies table
+    # says (Spark SQL over it); every other episode is a moment of its own, at its start
+    rows = _sql(restarts_warehouse, "SELECT kind, entity, start_offset, end_offset, detail FROM anomalies")
+    ends = [(a, b) for a, b in zip(offline, offline[1:]) if not a.what.startswith("no ") and b.what.startswith("no ")]
+    for began, ended in ends:
+        during = [r for r in rows
+                  if r["kind"] == "offline_partition" and began.offset <= r["start_offset"] < ended.offset]
+        assert min(r["start_offset"] for r in during) == began.offset
+        assert max(r["end_offset"] for r in during) == ended.offset
+    listed = sorted((m.offset, m.what) for m in tl.moments if m.sql.startswith("SELECT * FROM anomalies"))
+    assert listed == sorted((r["start_offset"], f"{r['kind'].replace('_', ' ')}: {r['detail']}") for r in rows
+                            if r["kind"] not in ("offline_partition", "under_min_isr"))
+    assert len(listed) == 7  # the leader imbalances (docs/anomalies.md)
 
 
 def test_the_job_refuses_an_empty_warehouse_clearly(tmp_path, capsys):
@@ -493,7 +551,8 @@ def _at(ms: int) -> datetime:
 
 
 def _add_hostile_topics(tables: DeltaRsTables, names: list[str], at_ms: int) -> None:
-    """Each name a one-replica partition created, then offline, with min.insync.replicas=2 configured."""
+    """Each name a one-replica partition created, then offline and under min.insync.replicas, then elected
+    unclean."""
     schema = table_arrow_schema("partition_history")
     rows = []
     for i, name in enumerate(names):
@@ -506,21 +565,23 @@ def _add_hostile_topics(tables: DeltaRsTables, names: list[str], at_ms: int) -> 
                      "isr_before": [1], "isr": []})
     history = pa.Table.from_pylist(rows, schema)
     tables.append("partition_history", history, schema)
-    configs = table_arrow_schema("configs")
-    tables.append("configs", pa.Table.from_pylist([{"resource_type": 2, "resource_name": n,
-                                                   "name": "min.insync.replicas", "value": "2"} for n in names],
-                                                  configs), configs)
-    _add_episodes(tables, [("unclean_election", f"{n}-0", n, 3200 + i, at_ms + 200) for i, n in enumerate(names)])
+    _add_episodes(tables, [_episode(kind, f"{n}-0", n, 3100 + i, at_ms + 100) for i, n in enumerate(names)
+                           for kind in ("offline_partition", "under_min_isr")] +
+                  [_episode("unclean_election", f"{n}-0", n, 3200 + i, at_ms + 200) for i, n in enumerate(names)])
 
 
-def _add_episodes(tables: DeltaRsTables, episodes: list[tuple[str, str, str | None, int, int]]) -> None:
-    """anomalies rows (kind, entity, topic, start offset, start time), as the controller writes them."""
+def _episode(kind: str, entity: str, topic: str | None, offset: int, ms: int, end: int | None = None,
+             end_ms: int | None = None) -> dict:
+    """An anomalies row as the controller writes it: a partition's (``topic``) or a broker's."""
+    return {"kind": kind, "entity": entity, "topic": topic, "partition": None if topic is None else 0,
+            "broker_id": None if topic is not None else 2, "start_offset": offset, "start_time": _at(ms),
+            "end_offset": end, "end_time": None if end_ms is None else _at(end_ms), "cause": "leader_election",
+            "cause_offset": offset, "detail": f"{entity} at {offset}"}
+
+
+def _add_episodes(tables: DeltaRsTables, episodes: list[dict]) -> None:
     schema = table_arrow_schema("anomalies")
-    tables.append("anomalies", pa.Table.from_pylist([
-        {"kind": kind, "entity": entity, "topic": topic, "partition": None if topic is None else 0,
-         "broker_id": None if topic is not None else 2, "start_offset": offset, "start_time": _at(ms),
-         "cause": "leader_election", "cause_offset": offset, "detail": f"{entity} at {offset}"}
-        for kind, entity, topic, offset, ms in episodes], schema), schema)
+    tables.append("anomalies", pa.Table.from_pylist(episodes, schema), schema)
 
 
 class _Commands(HTMLParser):
@@ -577,35 +638,81 @@ def test_hostile_names_in_the_tables_never_run_when_the_page_is_pasted_into_bash
     # each name, as the SQL writes it, is exactly the name for Spark's parser
     for name in names:
         assert spark.sql(f"SELECT {sql_string(name)} AS v").first()["v"] == name
-    # and the moments' SQL shows exactly the hostile topics: all offline, all under min.insync.replicas=2
+    # and the moments' SQL shows exactly the hostile topics: all offline, all under min.insync.replicas
     hostile = Warehouse(str(root), engine="delta-rs", spark=spark)
     for page in pages:
-        listed = [{r["topic"] for r in _sql(hostile, sql)} for sql in page.sql if "row_number()" in sql]
-        assert set(names) in listed
+        listed = [{r["topic"] for r in _sql(hostile, sql)} for sql in page.sql if "end_offset IS NULL OR" in sql]
+        assert listed.count(set(names)) == 2
         assert all(topics <= set(names) | {r["topic"] for r in _sql(hostile, "SELECT name AS topic FROM topics")}
                    for topics in listed)
     assert not list(tmp_path.glob("probe*"))
 
 
-def test_unclean_elections_and_other_episodes_are_moments_from_the_anomalies_table(shutdown_warehouse, tmp_path):
-    tables = _copy(shutdown_warehouse, tmp_path / "w")
+def test_every_anomaly_of_the_page_is_a_row_of_the_anomalies_table_and_the_shell_lists_them(
+        shutdown_warehouse, spark, tmp_path, monkeypatch, capsys):
+    root = tmp_path / "w"
+    tables = _copy(shutdown_warehouse, root)
     whole = build(tables)
     at = whole.start_ms + 1000
-    _add_episodes(tables, [("unclean_election", "orders-0", "orders", 100, at),
-                           ("broker_flapping", "broker 2", None, 101, at),
-                           ("offline_partition", "orders-1", "orders", 102, at),  # counted, not listed
-                           ("stuck_reassignment", "late-0", "late", 103, whole.end_ms + 1)])  # after the window
-    listed = [(m.offset, m.what) for m in build(tables, end_ms=whole.end_ms).moments if m.offset in (100, 101, 102, 103)]
-    assert listed == [(100, "unclean election: orders-0 at 100"), (101, "broker flapping: broker 2 at 101")]
-    # a topic chosen: its episodes and every broker's
-    assert [m.offset for m in build(tables, topics=["TestTopicPatient"]).moments if m.offset in (100, 101)] == [101]
-    moment = next(m for m in build(tables).moments if m.offset == 100)
-    assert [(r["kind"], r["entity"]) for r in _sql(Warehouse(str(tmp_path / "w"), engine="delta-rs",
-                                                             spark=shutdown_warehouse.spark), moment.sql)] == [
-        ("unclean_election", "orders-0")]
+    _add_episodes(tables, [_episode("unclean_election", "orders-0", "orders", 100, at, 100, at),
+                           _episode("broker_flapping", "broker 2", None, 101, at),
+                           _episode("quorum_leaderless", "quorum", None, 102, at),  # a kind this test does not know
+                           # counted: under min.insync.replicas from 103 until a ConfigRecord lowered it at 110
+                           _episode("under_min_isr", "orders-1", "orders", 103, at, 110, at + 5),
+                           _episode("stuck_reassignment", "late-0", "late", 120, whole.end_ms + 1)])  # after the window
+    tl = build(tables, end_ms=whole.end_ms)
+    listed = [(m.offset, m.what) for m in tl.moments if 100 <= m.offset < 200]
+    assert listed == [(100, "unclean election: orders-0 at 100"), (101, "broker flapping: broker 2 at 101"),
+                      (102, "quorum leaderless: quorum at 102"), (103, f"1 partition(s) {UNDER_MIN_ISR}"),
+                      (110, f"no partition {UNDER_MIN_ISR} any more (at most 1, for 5 ms)")]
+    assert tl.series[UNDER_MIN_ISR].worst == 1 and tl.series[UNDER_MIN_ISR].at_end == 0
+    # a topic chosen: its episodes, and every episode that is not a partition's
+    assert [m.offset for m in build(tables, topics=["TestTopicPatient"]).moments if 100 <= m.offset < 200] == [101, 102]
+    sql = {m.offset: m.sql for m in tl.moments}
+    copy = Warehouse(str(root), engine="delta-rs", spark=spark)
+    assert [(r["kind"], r["entity"]) for r in _sql(copy, sql[100])] == [("unclean_election", "orders-0")]
+    assert [r["detail"] for r in _sql(copy, sql[103])] == ["orders-1 at 103"]
+    assert [r["end_offset"] for r in _sql(copy, sql[110])] == [110]
+
+    # the SQL shell: \anomalies lists what is open now, \anomalies WHAT a kind's, an entity's or a topic's
+    monkeypatch.setattr("sys.stdin", io.StringIO("\\format json\n\\anomalies\n\\anomalies broker 2\n"
+                                                 "\\anomalies orders\n\\anomalies unclean_election\n"))
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False, raising=False)
+    capsys.readouterr()
+    try:
+        shell = Shell(Session(Catalog(copy), "text", 100, timing=True),
+                      load_config(overrides=["kraftlake.sql.history.file="]))
+        assert shell.run() == 0
+    finally:
+        _REGISTERED.clear()  # the catalog dropped this module's views
+    out, err = capsys.readouterr()
+    rows = [json.loads(line) for line in out.splitlines()]
+    counts = [int(n) for n in re.findall(r"(\d+) row\(s\)", err)]
+    assert counts == [57, 1, 2, 1], err  # 54 offline (the shutdown), flapping, leaderless, stuck
+    now, broker, orders, unclean = (rows[sum(counts[:i]):sum(counts[:i + 1])] for i in range(4))
+    offline = _sql(copy, "SELECT entity, start_offset FROM anomalies WHERE kind = 'offline_partition'")
+    assert sorted((r["entity"], r["start_offset"]) for r in now if r["kind"] == "offline_partition") == \
+        sorted((r["entity"], r["start_offset"]) for r in offline) and len(offline) == 54
+    assert {r["kind"] for r in now} == {"offline_partition", "broker_flapping", "quorum_leaderless",
+                                        "stuck_reassignment"}
+    assert [r["start_offset"] for r in now] == sorted(r["start_offset"] for r in now)
+    assert [r["age_ms"] for r in now if r["kind"] == "broker_flapping"] == [whole.end_ms - at]  # to the log's end
+    assert [(r["kind"], r["end_offset"]) for r in broker] == [("broker_flapping", None)]
+    assert [(r["entity"], r["end_offset"]) for r in orders] == [("orders-0", 100), ("orders-1", 110)]
+    assert [r["entity"] for r in unclean] == ["orders-0"]
 
 
-def test_values_the_report_cannot_use_are_one_notice_each_not_a_failure(shutdown_warehouse, tmp_path, capsys):
+def test_a_warehouse_without_the_anomalies_table_is_refused_naming_the_replay(shutdown_warehouse, tmp_path, capsys):
+    tables = _copy(shutdown_warehouse, tmp_path / "w")
+    shutil.rmtree(tables.path("anomalies"))  # as a controller of a release before the table left it
+    assert run_job("report", report_job.main, ["--warehouse", tables.root, "--out", str(tmp_path / "r.html")]) == USAGE
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no anomalies table" in err
+    assert f"jobs/controller.py --warehouse {tables.root} --once --reset" in err
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_a_value_the_report_cannot_use_is_one_notice_not_a_failure(shutdown_warehouse, tmp_path, capsys):
     tables = _copy(shutdown_warehouse, tmp_path / "w")
     before = build(tables)
     end = tables.max_value("metadata_log", "offset")
@@ -619,15 +726,15 @@ def test_values_the_report_cannot_use_are_one_notice_each_not_a_failure(shutdown
         "offset": end + 1, "applied_offset": end + 1, "timestamp": 10**15 * 1000,  # the table's unit is µs
         "cause": "PartitionChangeRecord", "change": "change", "topic": "TestTopicPatient", "topic_id": "x",
         "partition": 0, "leader_before": -1, "leader": 1, "isr_before": [1], "isr": [1]}], history), history)
-    configs = table_arrow_schema("configs")
-    tables.append("configs", pa.Table.from_pylist([
-        {"resource_type": 2, "resource_name": "TestTopicPatient", "name": "min.insync.replicas", "value": "two"},
-        {"resource_type": 4, "resource_name": "", "name": "min.insync.replicas", "value": "1.5"}], configs), configs)
+    schema = table_arrow_schema("anomalies")  # and the episode it ended, as the controller wrote it
+    episode = tables.read_arrow("anomalies").filter(pc.field("entity") == "TestTopicPatient-0").to_pylist()
+    assert len(episode) == 1 and episode[0]["end_offset"] is None
+    tables.upsert("anomalies", pa.Table.from_pylist([{**episode[0], "end_offset": end + 1, "end_time": 10**15 * 1000}],
+                                                    schema), ["kind", "entity", "start_offset"], schema)
 
     tl = build(tables)
     assert (tl.start_ms, tl.end_ms) == (before.start_ms, before.end_ms)  # drawn at the time of the event before
-    assert len(tl.notices) == 2 and f"offset {end + 1:,}" in tl.notices[0] and "2 event(s)" in tl.notices[0]
-    assert "'two'" in tl.notices[1] and "'1.5'" in tl.notices[1] and "counted as 1" in tl.notices[1]
+    assert len(tl.notices) == 1 and f"offset {end + 1:,}" in tl.notices[0] and "2 event(s)" in tl.notices[0]
     last = tl.brokers[1][-1]  # unfenced, still in controlled shutdown: applied, at the log's last good time
     assert (last.state, last.start_ms, last.offset) == (SHUTTING_DOWN, tl.end_ms, end + 2)
     assert tl.series[OFFLINE].at_end == 53  # the partition that came back counts, at the end
@@ -636,7 +743,7 @@ def test_values_the_report_cannot_use_are_one_notice_each_not_a_failure(shutdown
     err = capsys.readouterr().err
     assert [line for line in err.splitlines() if line.startswith("report: notice: ")] == \
         [f"report: notice: {n}" for n in tl.notices]
-    assert out.read_text().count('class="notice"') == 2
+    assert out.read_text().count('class="notice"') == 1
 
 
 # --- what a person sees, in a real browser ----------------------------------------------------------------
@@ -721,7 +828,8 @@ def test_the_page_in_headless_chromium_shows_the_incident(shutdown_warehouse, ch
 
 def test_render_escapes_what_it_is_given():
     tl = Timeline.over(0, 10, buckets=10)
-    count_partitions(tl, _history_table([]), {}, 1)
+    count_episodes(tl, _episodes_table([]))
+    count_partitions(tl, _history_table([]))
     page = render(tl, "<script>alert(1)</script>", "/tmp/w'<b>")
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert "http://" not in page and "https://" not in page  # nothing fetched when it opens

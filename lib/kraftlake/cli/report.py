@@ -26,7 +26,7 @@ from pathlib import Path
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
 from kraftlake.cli.launcher import FAILED, UserError
-from kraftlake.cli.runtime import kafka_configs, storage_options, warehouse_root
+from kraftlake.cli.runtime import storage_options, warehouse_root
 from kraftlake.report.html import render
 from kraftlake.metadata.config import Config
 from kraftlake.report.timeline import Timeline, build
@@ -85,7 +85,7 @@ def write_report(root: str, out: Path, config: Config, start_ms: int | None = No
     """Build the warehouse's timeline and write it as one HTML page; ValueError when there is nothing to
     draw (no log yet, no replay yet, an empty window)."""
     tables = DeltaRsTables(root, storage_options(config))
-    timeline = build(tables, start_ms, end_ms, topics, kafka_config=kafka_configs(config), linear=linear)
+    timeline = build(tables, start_ms, end_ms, topics, linear=linear)
     out.write_text(render(timeline, title or f"kraftlake: {root}", root), encoding="utf-8")
     return timeline
 

@@ -18,7 +18,9 @@ from kraftlake.cli.output import print_table
 from kraftlake.cli.sql_session import FORMATS, Session, not_in_warehouse
 from kraftlake.cli.statements import split_statements
 from kraftlake.metadata.config import Config
+from kraftlake.report.timeline import sql_string
 from kraftlake.spark.catalog import NotInWarehouse
+from kraftlake.spark.views import anomalies_of
 
 PROMPT = "kraftlake> "
 # the continuation prompt ends like the primary one, with what the statement is still inside of
@@ -28,6 +30,8 @@ HELP = """\
 Statements end in `;` and may span lines; Ctrl-C cancels the one being typed or running, Ctrl-D quits.
   \\tables, \\d          every table and view, with what it holds and whether the warehouse has it
   \\d NAME              the columns of a table or view
+  \\anomalies           the anomalies open now (the view open_anomalies)
+  \\anomalies WHAT      every anomaly, open or ended, of a kind, an entity (orders-3, broker 2) or a topic
   \\format text|json    how rows are shown (now: {format})
   \\timing              say how long each statement took, or stop saying it (now: {timing})
   \\help                this
@@ -42,7 +46,8 @@ class Shell:
         history = config.get_str("kraftlake.sql.history.file").strip()
         self.history = os.path.expanduser(history) if history else None
         self.commands: dict[str, Callable[[str], bool]] = {
-            "\\tables": self.tables, "\\d": self.describe, "\\format": self.set_format,
+            "\\tables": self.tables, "\\d": self.describe, "\\anomalies": self.anomalies,
+            "\\format": self.set_format,
             "\\timing": self.toggle_timing, "\\help": self.help, "\\?": self.help, "\\q": self.quit,
         }
 
@@ -130,6 +135,15 @@ class Shell:
             print(f"sql: no table or view {argument!r}; \\tables lists them", file=sys.stderr)
         else:
             print_table(("column", "type", "doc"), columns)
+        return True
+
+    def anomalies(self, argument: str) -> bool:
+        """The anomalies table's short questions, as statements: what is open now, or every episode of a
+        kind, an entity or a topic (whatever kinds the table holds)."""
+        try:
+            self.session.run(anomalies_of(sql_string(argument)) if argument else "SELECT * FROM open_anomalies")
+        except KeyboardInterrupt:
+            print("sql: cancelled", file=sys.stderr)
         return True
 
     def set_format(self, argument: str) -> bool:

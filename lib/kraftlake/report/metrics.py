@@ -15,6 +15,7 @@ scrape only copies the last text, and a slow scraper cannot slow the controller.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,7 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pyarrow.compute as pc
 
-from kraftlake.report.timeline import min_isr_settings
+from kraftlake.image.cluster_image import CONFIG_BROKER, CONFIG_TOPIC
+from kraftlake.metadata.config import setting
 from kraftlake.storage.deltars import DeltaRsTables
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -47,6 +49,36 @@ def _kafka(name: str, help: str, value: float) -> Gauge:
     return Gauge(KAFKA_CONTROLLER + name.lower(), f"{help} (kafka.controller:type=KafkaController,name={name})", value)
 
 
+def min_insync_replicas(value: object) -> int | None:
+    """A ``min.insync.replicas`` value as Kafka's config parser takes it (an int, at least 1), else None."""
+    text = str(value).strip()
+    if not re.fullmatch(r"[+-]?[0-9]{1,10}", text) or not 1 <= int(text) <= 2**31 - 1:
+        return None
+    return int(text)
+
+
+def min_isr_settings(tables: DeltaRsTables, kafka_config: Mapping[str, str]) -> tuple[dict[str, int], int]:
+    """Each topic's min.insync.replicas as configured now, and the default for the others: the cluster's
+    dynamic default if the log set one, else the controller's configuration. A value that is not a count
+    is counted as the default."""
+    configured = setting(kafka_config, "min.insync.replicas")
+    default = min_insync_replicas(configured)
+    if default is None:
+        raise ValueError(f"min.insync.replicas={configured!r} is not an integer of at least 1")
+    per_topic: dict[str, int] = {}
+    if tables.exists("configs"):
+        rows = [r for r in tables.read_arrow("configs").to_pylist() if r["name"] == "min.insync.replicas"]
+        for r in sorted(rows, key=lambda r: r["resource_type"] != CONFIG_BROKER):  # the cluster default first
+            value = min_insync_replicas(r["value"])
+            if value is None:
+                continue
+            if r["resource_type"] == CONFIG_BROKER and r["resource_name"] == "":
+                default = value
+            elif r["resource_type"] == CONFIG_TOPIC:
+                per_topic[r["resource_name"]] = value
+    return per_topic, default
+
+
 def cluster_gauges(tables: DeltaRsTables, kafka_config: Mapping[str, str]) -> list[Gauge]:
     """The cluster's gauges from the state tables as committed now; a table not written yet counts nothing."""
     fenced = active = 0
@@ -59,7 +91,7 @@ def cluster_gauges(tables: DeltaRsTables, kafka_config: Mapping[str, str]) -> li
     if tables.exists("partitions"):
         rows = tables.read_arrow("partitions", columns=["topic", "leader", "isr", "replicas"])
         total = rows.num_rows
-        per_topic, default = min_isr_settings(tables, kafka_config, [])
+        per_topic, default = min_isr_settings(tables, kafka_config)
         leader = rows["leader"].to_numpy(zero_copy_only=False)
         offline = int(np.sum(leader == -1))
         min_isr = np.array([per_topic.get(t, default) for t in rows["topic"].to_pylist()], dtype=np.int64)

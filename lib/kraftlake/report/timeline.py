@@ -2,12 +2,17 @@
 
 What an operator reads an incident by, over event time: each broker's state (registered, unfenced, in
 controlled shutdown, fenced, unregistered) from the broker records of ``metadata_log`` and
-``controller_log``; how many partitions were offline (no leader), under ``min.insync.replicas`` or being
-reassigned, from ``partition_history``; leaderships and ISR membership gained and lost per broker; the
-metadata quorum's leader and epoch (LeaderChangeMessage records, and the partition directory's
-``quorum-state`` file when the log ends without its leader); and the notable moments, each with its log
-offset and the SQL that shows it (unclean and ELR elections, stuck reassignments, flapping brokers and
-leader imbalances are the ``anomalies`` table's episodes).
+``controller_log``; how many partitions were offline (no leader) or under ``min.insync.replicas``, from
+the ``anomalies`` table's episodes, and how many were being reassigned, from ``partition_history``;
+leaderships and ISR membership gained and lost per broker; the metadata quorum's leader and epoch
+(LeaderChangeMessage records, and the partition directory's ``quorum-state`` file when the log ends
+without its leader); and the notable moments, each with its log offset and the SQL that shows it.
+
+Every anomaly the report shows is a row of ``anomalies``, so the page says what the table says: an outage
+is counted from its episodes' starts and ends (the ``min.insync.replicas`` each was measured against is
+the one in force then, as the controller looked it up), and every other kind (unclean and ELR elections,
+stuck reassignments, flapping brokers, leader imbalances, and any kind added later) is one moment per
+episode.
 
 A KRaft log is mostly quiet (a NoOpRecord every half second) around incidents of a few hundred
 milliseconds, so the time axis (``time_axis``) draws the time between two changes by the logarithm of its
@@ -15,11 +20,10 @@ length: the incidents get the width, the quiet hours between them stay on the pa
 
 The counts are computed column-wise (numpy over Arrow), never partition by partition in Python, and drawn
 per time bucket (the most within it, so a short outage still shows): a 10^6-partition history becomes a
-few hundred points. ``min.insync.replicas`` is the topic's current config (``configs``), else the cluster
-default there, else ``conf/``: the history does not say what it was at the time.
+few hundred points.
 
-A report is drawn whatever the tables hold: a value it cannot use (a timestamp no date can hold, a
-``min.insync.replicas`` that is not a count) is set aside with one notice line, never fatal.
+A report is drawn whatever the tables hold: a value it cannot use (a timestamp no date can hold) is set
+aside with one notice line, never fatal.
 """
 
 from __future__ import annotations
@@ -27,13 +31,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Mapping
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kraftlake.metadata.config import defaults, setting
 from kraftlake.metadata.progress import spoken_duration
 from kraftlake.storage.deltars import DeltaRsTables
 
@@ -43,16 +46,17 @@ REGISTERED, UNFENCED, SHUTTING_DOWN, FENCED, UNREGISTERED = (
 STATES = (REGISTERED, UNFENCED, SHUTTING_DOWN, FENCED, UNREGISTERED)
 BROKER_RECORDS = ("RegisterBrokerRecord", "BrokerRegistrationChangeRecord", "FenceBrokerRecord",
                   "UnfenceBrokerRecord", "UnregisterBrokerRecord")
-CONFIG_TOPIC, CONFIG_BROKER = 2, 4  # Kafka's ConfigResource.Type ids
 HISTORY_COLUMNS = ["offset", "applied_offset", "timestamp", "change", "topic", "partition", "leader_before", "leader",
                    "isr_before", "isr", "adding_replicas", "removing_replicas"]
 # The three partition conditions the report counts over time, with what a person calls them.
 OFFLINE, UNDER_MIN_ISR, REASSIGNING = "offline", "under min.insync.replicas", "reassigning"
+# The anomaly kinds counted over time, by their condition: an outage is one episode per partition, so a
+# moment per episode would bury it. Every other kind of the table, whatever it holds, is a moment per episode.
+COUNTED_KINDS = {"offline_partition": OFFLINE, "under_min_isr": UNDER_MIN_ISR}
+ANOMALY_COLUMNS = ["kind", "entity", "topic", "partition", "start_offset", "start_time", "end_offset", "end_time",
+                   "detail"]
 # The tables only the controller writes that the report reads: without them it would draw no change at all.
 CONTROLLER_TABLES = ("partition_history", "controller_log")
-# Anomaly episodes the moments list one by one, from the anomalies table (offline partitions and those under
-# min.insync.replicas are counted instead, as levels over partition_history: an outage is many episodes).
-EPISODE_KINDS = ("unclean_election", "elr_election", "stuck_reassignment", "broker_flapping", "leader_imbalance")
 # Event times a date can hold (years 1 to 9999, as Python's datetime): the page writes every time as one,
 # the window's end + 1 ms included.
 MIN_MS, MAX_MS = -62_135_596_800_000, 253_402_300_799_998
@@ -268,26 +272,26 @@ def _rows(table: pa.Table, clock: Clock) -> Iterator[dict]:
 
 
 def build(tables: DeltaRsTables, start_ms: int | None = None, end_ms: int | None = None,
-          topics: Iterable[str] | None = None, buckets: int = 240,
-          kafka_config: Mapping[str, str] | None = None, linear: bool = False) -> Timeline:
+          topics: Iterable[str] | None = None, buckets: int = 240, linear: bool = False) -> Timeline:
     """The timeline of the warehouse between ``start_ms`` and ``end_ms`` (event time; default: the whole
-    log), for the given topics' partitions (default: all; brokers and the quorum are always shown).
-    ``kafka_config`` is what the controller ran with (its ``min.insync.replicas`` is the default);
-    ``linear``: every stretch of the window drawn to the same scale."""
+    log), for the given topics' partitions (default: all; brokers, the quorum and the anomalies that are
+    not a partition's are always shown). ``linear``: every stretch of the window drawn to the same scale."""
     clock, lo, hi = _time_range(tables, start_ms, end_ms)
     topic_list = None if topics is None else sorted(set(topics))
     broker_events = _broker_events(tables, clock)
     history = _history(tables, topic_list, clock)
+    episodes = read_episodes(tables, topic_list, clock)
     leader_changes = _leader_changes(tables, clock)
     state, epoch_start = _quorum_state(tables, leader_changes, clock)
     activity = np.concatenate([np.array([r["timestamp"] for r in broker_events + leader_changes + epoch_start],
-                                        dtype=np.int64), as_millis(history["timestamp"])])
+                                        dtype=np.int64), as_millis(history["timestamp"]),
+                               episodes["start_ms"].to_numpy(), pc.drop_null(episodes["end_ms"]).to_numpy()])
     tl = Timeline.over(lo, hi, time_axis(lo, hi, activity, linear), buckets)
     tl.notices = [n for n in [clock.notice()] if n]
     _brokers(tl, broker_events)
-    per_topic, default = min_isr_settings(tables, kafka_config or defaults(), tl.notices)
-    count_partitions(tl, history, per_topic, default, topic_list)
-    _episodes(tl, tables, topic_list)
+    count_episodes(tl, episodes, topic_list)
+    count_partitions(tl, history, topic_list)
+    _episodes(tl, episodes)
     _quorum(tl, leader_changes, state, epoch_start)
     _voter_assignments(tl, _leader_changes(tables, clock, "VoterAssignmentMessage"))
     tl.moments.sort(key=lambda m: (m.offset, m.what))
@@ -302,6 +306,10 @@ def _time_range(tables: DeltaRsTables, start: int | None, end: int | None) -> tu
         raise ValueError(f"{tables.root} has no {' or '.join(missing)}: the controller has not replayed its log yet, "
                          f"so the report would draw no partition change; run ./spark-submit.sh jobs/controller.py "
                          f"--warehouse {tables.root} --once first")
+    if not tables.exists("anomalies"):  # every controller since it was added writes the table, empty or not
+        raise ValueError(f"{tables.root} has no anomalies table: its controller ran under a release without it, so "
+                         f"the report would draw no offline partition nor any other anomaly; replay the log again "
+                         f"with ./spark-submit.sh jobs/controller.py --warehouse {tables.root} --once --reset")
     log = tables.read_arrow("metadata_log", columns=["offset", "timestamp"])
     if log.num_rows == 0:
         raise ValueError(f"the metadata_log of {tables.root} is empty: ingest a log first")
@@ -393,51 +401,6 @@ def _broker_sql(broker: int, start: int, end: int | None) -> str:
 
 # -- partitions ------------------------------------------------------------------------------------------
 
-def min_insync_replicas(value: object) -> int | None:
-    """A ``min.insync.replicas`` value as Kafka's config parser takes it (an int, at least 1), else None."""
-    text = str(value).strip()
-    if not re.fullmatch(r"[+-]?[0-9]{1,10}", text) or not 1 <= int(text) <= 2**31 - 1:
-        return None
-    return int(text)
-
-
-def _quoted(text: str, limit: int = 80) -> str:
-    """A value from the data in a notice line: control characters escaped (it reaches a terminal), cut."""
-    shown = repr(text[:limit])
-    return shown if len(text) <= limit else shown + "…"
-
-
-def min_isr_settings(tables: DeltaRsTables, kafka_config: Mapping[str, str],
-                     notices: list[str]) -> tuple[dict[str, int], int]:
-    """Each topic's min.insync.replicas as configured now, and the default for the others: the cluster's
-    dynamic default if the log set one, else the controller's configuration. A value that is not a count
-    is counted as the default, with a notice."""
-    configured = setting(kafka_config, "min.insync.replicas")
-    default = min_insync_replicas(configured)
-    if default is None:
-        raise ValueError(f"min.insync.replicas={configured!r} is not an integer of at least 1")
-    per_topic: dict[str, int] = {}
-    unusable: list[str] = []
-    if tables.exists("configs"):
-        rows = [r for r in tables.read_arrow("configs").to_pylist() if r["name"] == "min.insync.replicas"]
-        for r in sorted(rows, key=lambda r: r["resource_type"] != CONFIG_BROKER):  # the cluster default first
-            value = min_insync_replicas(r["value"])
-            if r["resource_type"] == CONFIG_BROKER and r["resource_name"] == "":
-                if value is None:
-                    unusable.append(f"the cluster default {_quoted(r['value'])}")
-                else:
-                    default = value
-            elif r["resource_type"] == CONFIG_TOPIC:
-                if value is None:
-                    unusable.append(f"topic {_quoted(r['resource_name'])} {_quoted(r['value'])}")
-                else:
-                    per_topic[r["resource_name"]] = value
-    if unusable:
-        notices.append(f"{len(unusable):,} min.insync.replicas value(s) in configs are not an integer of at least 1 "
-                       f"({'; '.join(unusable[:3])}{'; …' if len(unusable) > 3 else ''}): counted as {default}")
-    return per_topic, default
-
-
 def _history(tables: DeltaRsTables, topics: list[str] | None, clock: Clock) -> pa.Table:
     history = tables.read_arrow("partition_history", columns=HISTORY_COLUMNS,
                                 filter=None if topics is None else pc.field("topic").isin(topics))
@@ -457,21 +420,43 @@ def _int_column(column: pa.ChunkedArray, null: int) -> np.ndarray:
     return np.asarray(pc.fill_null(column, null).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def _as_of_sql(offset: int, condition: str) -> str:
-    """The partitions in ``condition`` as of ``offset``: each one's last history row at or before it."""
-    return ("SELECT topic, partition, leader, isr, adding_replicas, removing_replicas, offset AS changed_at FROM "
-            "(SELECT *, row_number() OVER (PARTITION BY topic, partition ORDER BY offset DESC, applied_offset DESC) "
-            f"AS n FROM partition_history WHERE offset <= {offset}) WHERE n = 1 AND change <> 'delete' AND "
-            f"{condition} ORDER BY topic, partition")
+@dataclass(frozen=True)
+class LevelSql:
+    """The SQL of a count's moments: ``open_at(offset)`` lists what is in the condition after that offset,
+    ``changed(first, last)`` what went in or out of it between two offsets."""
+
+    open_at: Callable[[int], str]
+    changed: Callable[[int, int], str]
 
 
-SQL_CONDITIONS = {OFFLINE: "leader = -1", REASSIGNING: "(size(adding_replicas) > 0 OR size(removing_replicas) > 0)"}
+def _levels(offsets: np.ndarray, times: np.ndarray, deltas: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(offsets, times, level after each): the count after each distinct offset, from what each row adds to
+    it (changes at one offset land together: no half-applied state counts). Event time follows the offsets;
+    a clock that stepped back must not unsort the searches made in it."""
+    order = np.argsort(offsets, kind="stable")
+    change_offsets, first_row = np.unique(offsets[order], return_index=True)
+    if not len(offsets):
+        return change_offsets, times[:0], deltas[:0]
+    change_times = np.maximum.accumulate(times[order][first_row])
+    return change_offsets, change_times, np.cumsum(np.add.reduceat(deltas[order], first_row))
 
 
-def count_partitions(tl: Timeline, history: pa.Table, per_topic: dict[str, int], default: int,
-                     topics: list[str] | None = None) -> None:
-    """Fill ``tl``'s series, partition count, changes and per-broker counts from ``partition_history`` rows
-    (any order; ``topics`` only shapes the SQL of the moments)."""
+def _reassigning_sql(topics: list[str] | None) -> LevelSql:
+    """A reassignment is not an anomaly (its stuck ones are): its moments' SQL reads partition_history."""
+    condition = "(size(adding_replicas) > 0 OR size(removing_replicas) > 0)" + _topic_filter(topics)
+    return LevelSql(
+        lambda offset: ("SELECT topic, partition, leader, isr, adding_replicas, removing_replicas, offset AS "
+                        "changed_at FROM (SELECT *, row_number() OVER (PARTITION BY topic, partition ORDER BY "
+                        f"offset DESC, applied_offset DESC) AS n FROM partition_history WHERE offset <= {offset}) "
+                        f"WHERE n = 1 AND change <> 'delete' AND {condition} ORDER BY topic, partition"),
+        lambda first, last: ("SELECT offset, cause, topic, partition, leader_before, leader, adding_replicas, "
+                             f"removing_replicas FROM partition_history WHERE offset BETWEEN {first} AND {last}"
+                             f"{_topic_filter(topics)} ORDER BY offset"))
+
+
+def count_partitions(tl: Timeline, history: pa.Table, topics: list[str] | None = None) -> None:
+    """Fill ``tl``'s partitions being reassigned, partition count, changes and per-broker counts from
+    ``partition_history`` rows (any order; ``topics`` only shapes the SQL of the moments)."""
     history = history.filter(pc.less_equal(as_millis(history["timestamp"]), tl.end_ms))
     n = history.num_rows
     offsets = _int_column(history["offset"], 0)
@@ -480,14 +465,8 @@ def count_partitions(tl: Timeline, history: pa.Table, per_topic: dict[str, int],
     partition = _int_column(history["partition"], 0)
     encoded = pc.dictionary_encode(history["topic"].combine_chunks())
     topic_ids = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-    topic_names = encoded.dictionary.to_pylist()
-    min_isr = np.array([per_topic.get(t, default) for t in topic_names] or [default], dtype=np.int64)
     alive = np.asarray(pc.not_equal(history["change"], "delete").to_numpy(zero_copy_only=False), dtype=bool)
-    leader = _int_column(history["leader"], -1)
-    isr_len = _list_lengths(history["isr"])
-    moving_now = (_list_lengths(history["adding_replicas"]) + _list_lengths(history["removing_replicas"])) > 0
-    after = {OFFLINE: alive & (leader == -1), UNDER_MIN_ISR: alive & (isr_len < min_isr[topic_ids]),
-             REASSIGNING: alive & moving_now}
+    moving = alive & ((_list_lengths(history["adding_replicas"]) + _list_lengths(history["removing_replicas"])) > 0)
 
     # Each partition's rows in its own order, to know what it was before each change.
     by_partition = np.lexsort((applied, offsets, partition, topic_ids))
@@ -495,21 +474,13 @@ def count_partitions(tl: Timeline, history: pa.Table, per_topic: dict[str, int],
     if n > 1:
         same[1:] = (topic_ids[by_partition][1:] == topic_ids[by_partition][:-1]) & \
                    (partition[by_partition][1:] == partition[by_partition][:-1])
-    # The level after each offset (changes at one offset land together: no half-applied state counts).
-    order = np.argsort(offsets, kind="stable")
-    change_offsets, first_row = np.unique(offsets[order], return_index=True)
-    # Event time follows the offsets; a clock that stepped back must not unsort the search below.
-    change_times = np.maximum.accumulate(times[order][first_row]) if n else times
-    for name in (OFFLINE, UNDER_MIN_ISR, REASSIGNING):
-        flag = after[name].astype(np.int64)
-        before = np.zeros(n, dtype=np.int64)
-        if n > 1:
-            before[by_partition[1:]] = np.where(same[1:], flag[by_partition][:-1], 0)
-        delta = np.add.reduceat((flag - before)[order], first_row) if n else np.zeros(0, dtype=np.int64)
-        levels = np.cumsum(delta)
-        tl.series[name] = _series(tl, name, change_times, levels)
-        _level_moments(tl, name, change_offsets, change_times, levels, _sql_condition(name, per_topic, default, topics),
-                       topics)
+    flag = moving.astype(np.int64)
+    before = np.zeros(n, dtype=np.int64)
+    if n > 1:
+        before[by_partition[1:]] = np.where(same[1:], flag[by_partition][:-1], 0)
+    change_offsets, change_times, levels = _levels(offsets, times, flag - before)
+    tl.series[REASSIGNING] = _series(tl, REASSIGNING, change_times, levels)
+    _level_moments(tl, REASSIGNING, change_offsets, change_times, levels, _reassigning_sql(topics))
     tl.partitions = int(np.sum(alive[_last_rows(by_partition, same)])) if n else 0
     window = (times >= tl.start_ms) & (times <= tl.end_ms)
     tl.changes = int(np.sum(window))
@@ -517,22 +488,69 @@ def count_partitions(tl: Timeline, history: pa.Table, per_topic: dict[str, int],
         zero_copy_only=False), dtype=bool)))
 
 
-def _episodes(tl: Timeline, tables: DeltaRsTables, topics: list[str] | None) -> None:
-    """A moment where each episode of ``EPISODE_KINDS`` began within the window (the partition kinds of
-    ``topics`` only; a broker's always), with its row's one line."""
-    if not tables.exists("anomalies"):
-        tl.notices.append("no anomalies table (a controller of an earlier release): unclean and ELR elections, stuck "
-                          "reassignments, flapping brokers and leader imbalances are not listed; rebuild with the "
-                          "controller's --reset")
-        return
-    rows = tables.read_arrow("anomalies", columns=["kind", "entity", "topic", "start_offset", "start_time", "detail"])
-    # kind compared after the read: a filter on it meets string_view statistics that pyarrow cannot compare
-    rows = rows.filter(pc.is_in(rows.column("kind").cast(pa.string()), pa.array(EPISODE_KINDS)))
-    starts = as_millis(rows["start_time"])
-    for row, ms in zip(rows.drop_columns(["start_time"]).to_pylist(), starts.tolist()):
-        if tl.start_ms <= ms <= tl.end_ms and (topics is None or row["topic"] is None or row["topic"] in topics):
-            tl.moments.append(Moment(row["start_offset"], ms, f"{row['kind'].replace('_', ' ')}: {row['detail']}",
-                                     f"SELECT * FROM anomalies WHERE kind = '{row['kind']}' AND entity = "
+# -- anomalies -------------------------------------------------------------------------------------------
+
+def read_episodes(tables: DeltaRsTables, topics: list[str] | None, clock: Clock) -> pa.Table:
+    """The anomalies table's episodes (``ANOMALY_COLUMNS``) of ``topics``' partitions and of no partition
+    (a broker's, the quorum's), with ``start_ms`` and ``end_ms`` (null while it lasts) in drawable
+    milliseconds."""
+    rows = tables.read_arrow("anomalies", columns=ANOMALY_COLUMNS)
+    # topics compared after the read: a filter on a string column meets string_view statistics that pyarrow
+    # cannot compare
+    rows = rows.set_column(rows.schema.get_field_index("kind"), "kind", rows["kind"].cast(pa.string()))
+    if topics is not None:
+        topic = rows["topic"].cast(pa.string())
+        rows = rows.filter(pc.or_kleene(pc.is_null(topic), pc.is_in(topic, pa.array(topics, pa.string()))))
+    starts = clock.mend(_int_column(rows["start_offset"], 0), as_millis(rows["start_time"]))
+    ended = np.asarray(pc.is_valid(rows["end_offset"]).to_numpy(zero_copy_only=False), dtype=bool)
+    ends = clock.mend(_int_column(rows["end_offset"], 0), as_millis(pc.fill_null(rows["end_time"], 0)))
+    return rows.append_column("start_ms", pa.array(starts, pa.int64())).append_column(
+        "end_ms", pa.array(ends, pa.int64(), mask=~ended))
+
+
+def _of_kind(episodes: pa.Table, kind: str) -> pa.Table:
+    return episodes.filter(pc.equal(episodes["kind"], kind))
+
+
+def _episode_sql(kind: str, topics: list[str] | None) -> LevelSql:
+    """What an episode count's moments show: the episodes open after an offset (exactly the partitions
+    counted), and those that began or ended between two offsets."""
+    which = f"FROM anomalies WHERE kind = {sql_string(kind)}"
+    return LevelSql(
+        lambda offset: (f"SELECT topic, partition, start_offset, start_time, cause, cause_offset, detail {which} AND "
+                        f"start_offset <= {offset} AND (end_offset IS NULL OR end_offset > {offset})"
+                        f"{_topic_filter(topics)} ORDER BY topic, partition"),
+        lambda first, last: (f"SELECT entity, start_offset, start_time, end_offset, end_time, detail {which} AND "
+                             f"(start_offset BETWEEN {first} AND {last} OR end_offset BETWEEN {first} AND {last})"
+                             f"{_topic_filter(topics)} ORDER BY coalesce(end_offset, start_offset), entity"))
+
+
+def count_episodes(tl: Timeline, episodes: pa.Table, topics: list[str] | None = None) -> None:
+    """Fill ``tl``'s offline and under-min.insync.replicas series and moments from the episodes of
+    ``COUNTED_KINDS`` (``read_episodes``; any order): each adds one partition to its count at its start and
+    takes it away at its end, and the count after an offset is what the table says was open then."""
+    for kind, name in COUNTED_KINDS.items():
+        rows = _of_kind(episodes, kind)
+        starts, ends = rows["start_ms"].to_numpy(), pc.fill_null(rows["end_ms"], 0).to_numpy()
+        ended = np.asarray(pc.is_valid(rows["end_offset"]).to_numpy(zero_copy_only=False), dtype=bool)
+        offsets = np.concatenate([_int_column(rows["start_offset"], 0), _int_column(rows["end_offset"], 0)[ended]])
+        times = np.concatenate([starts, ends[ended]])
+        deltas = np.concatenate([np.ones(len(starts), np.int64), -np.ones(int(ended.sum()), np.int64)])
+        seen = times <= tl.end_ms
+        change_offsets, change_times, levels = _levels(offsets[seen], times[seen], deltas[seen])
+        tl.series[name] = _series(tl, name, change_times, levels)
+        _level_moments(tl, name, change_offsets, change_times, levels, _episode_sql(kind, topics))
+
+
+def _episodes(tl: Timeline, episodes: pa.Table) -> None:
+    """A moment where each episode of a kind not counted began within the window, with its row's one line:
+    every kind the table holds, those added after this report was written too."""
+    rows = episodes.filter(pc.invert(pc.is_in(episodes["kind"], pa.array(list(COUNTED_KINDS)))))
+    for row in rows.select(["kind", "entity", "start_offset", "start_ms", "detail"]).to_pylist():
+        if tl.start_ms <= row["start_ms"] <= tl.end_ms:
+            tl.moments.append(Moment(row["start_offset"], row["start_ms"],
+                                     f"{row['kind'].replace('_', ' ')}: {row['detail']}",
+                                     f"SELECT * FROM anomalies WHERE kind = {sql_string(row['kind'])} AND entity = "
                                      f"{sql_string(row['entity'])} AND start_offset = {row['start_offset']}"))
 
 
@@ -575,18 +593,8 @@ def _topic_filter(topics: list[str] | None) -> str:
     return "" if topics is None else f" AND topic IN ({_sql_list(topics)})"
 
 
-def _sql_condition(name: str, per_topic: dict[str, int], default: int, topics: list[str] | None) -> str:
-    """The SQL for a partition in condition ``name``, with the same min.insync.replicas the counts used."""
-    if name == UNDER_MIN_ISR:
-        cases = "".join(f" WHEN {sql_string(t)} THEN {v}" for t, v in sorted(per_topic.items()) if v != default)
-        condition = f"size(isr) < CASE topic{cases} ELSE {default} END" if cases else f"size(isr) < {default}"
-    else:
-        condition = SQL_CONDITIONS[name]
-    return condition + _topic_filter(topics)
-
-
 def _level_moments(tl: Timeline, name: str, offsets: np.ndarray, times: np.ndarray, levels: np.ndarray,
-                   condition: str, topics: list[str] | None) -> None:
+                   sql: LevelSql) -> None:
     """A moment where the count leaves zero (with how many partitions went into that condition at that
     millisecond), where it at least doubles to a new high within the same outage (so "1 offline" followed
     by fifty more has a moment for the fifty), and where it returns to zero (with the most it reached).
@@ -612,13 +620,12 @@ def _level_moments(tl: Timeline, name: str, offsets: np.ndarray, times: np.ndarr
     in_window = (times[first] >= tl.start_ms) & (times[first] <= tl.end_ms)
     for g in np.flatnonzero(in_window & (starts | rises | ends)):
         a, b = int(first[g]), int(last[g])
-        changes = (f"SELECT offset, cause, topic, partition, leader_before, leader, isr_before, isr FROM partition_history "
-                   f"WHERE offset BETWEEN {int(offsets[a])} AND {int(offsets[b])}{_topic_filter(topics)} ORDER BY offset")
+        changes = sql.changed(int(offsets[a]), int(offsets[b]))
         if after[g] > 0:
             began = a + int(np.argmax(levels[a:b + 1] > before[g]))
             more = f" ({int(after[g] - before[g]):,} more)" if rises[g] else ""
             tl.moments.append(Moment(int(offsets[began]), int(times[a]), f"{int(after[g]):,} partition(s) {name}{more}",
-                                     _as_of_sql(int(offsets[b]), condition)))
+                                     sql.open_at(int(offsets[b]))))
         elif starts[g]:
             tl.moments.append(Moment(int(offsets[a]), int(times[a]),
                                      f"{int(peak[g]):,} partition(s) {name} and back within the millisecond", changes))

@@ -1,5 +1,5 @@
 """The warehouse as SQL: every table as a view named after it, plus the operators' standing questions
-(``describe``, ``reassignments``, ``quorum_history``) as views over them (``VIEWS``)."""
+(``describe``, ``reassignments``, ``quorum_history``, ``open_anomalies``) as views over them (``VIEWS``)."""
 
 from __future__ import annotations
 
@@ -61,6 +61,25 @@ LEFT JOIN starts s ON s.topic_id = p.topic_id AND s.partition = p.partition
 WHERE size(p.adding_replicas) + size(p.removing_replicas) > 0
 ORDER BY p.topic, p.partition
 """
+
+# What is wrong now: the anomaly episodes that have not ended (docs/anomalies.md), oldest first, every kind
+# the table holds. Age is measured against the newest event of the log, like a reassignment's.
+OPEN_ANOMALIES = """
+WITH log_end AS (SELECT max(timestamp) AS now FROM metadata_log)
+SELECT a.kind, a.entity, a.start_offset, a.start_time,
+       CAST(unix_millis(log_end.now) - unix_millis(a.start_time) AS BIGINT) AS age_ms, a.cause, a.cause_offset, a.detail
+FROM anomalies a CROSS JOIN log_end
+WHERE a.end_offset IS NULL
+ORDER BY a.start_offset, a.kind, a.entity
+"""
+
+
+def anomalies_of(literal: str) -> str:
+    """Every episode, open or ended, whose kind, entity or topic is the SQL string ``literal``: one kind
+    (``offline_partition``), one partition or broker (``orders-3``, ``broker 2``), or a topic's partitions."""
+    return ("SELECT kind, entity, start_offset, start_time, end_offset, end_time, cause, cause_offset, detail "
+            f"FROM anomalies WHERE kind = {literal} OR entity = {literal} OR topic = {literal} "
+            "ORDER BY start_offset, kind, entity")
 
 
 # The metadata quorum's history from the log itself (KIP-595): every epoch between the first and the last
@@ -206,6 +225,7 @@ class View:
 VIEWS = (
     View("describe", DESCRIBE, "One line per partition, topics by name, in the spirit of kafka-topics.sh --describe."),
     View("reassignments", REASSIGNMENTS, "Partitions under reassignment (KIP-455), with when it started and its age."),
+    View("open_anomalies", OPEN_ANOMALIES, "The anomaly episodes that have not ended, oldest first, with their age."),
     View("quorum_history", _quorum_history, "The metadata quorum's epochs (KIP-595): leader, voters, records, duration.",
          needs="metadata_log"),
     *(View(f"{table}_decoded", _decoded(table), f"{table} with Kafka's codes by name ({', '.join(codes)}).")
