@@ -11,9 +11,13 @@ from kraftlake.metadata.tables import table_arrow_schema, table_keys
 from kraftlake.raft.anomalies import LAG, LEADERLESS, QuorumAnomalies
 from kraftlake.raft.node import LEADER
 from kraftlake.raft.replica import Replica, is_quorum_event, replay_quorum
+from kraftlake.report.metrics import anomaly_gauges
 from kraftlake.sim.quorum import DRAFT_BOOTSTRAP_MIX, VOTER_CHANGE_MIX, SimConfig, simulate
+from kraftlake.spark.quorum_query import write_quorum_outputs
+from kraftlake.storage import Warehouse
 from kraftlake.storage.deltars import DeltaRsTables
 from kraftlake.storage.tables import rows_to_arrow
+from streaming_helpers import plain
 
 CFG = SimConfig(voters=3, observers=2, alter_every_ms=1500, crash_every_ms=3000, resign_every_ms=4000)
 
@@ -165,3 +169,35 @@ def test_two_writers_merging_their_own_kinds_into_one_table_at_once_lose_nothing
         mine = sorted((r["start_offset"], r["end_offset"]) for r in written if r["kind"] == kind)
         assert mine == [(b, b + 1) for b in range(batches - 1)] + [(batches - 1, None)], kind
         assert tables.txn_version("anomalies", f"app-{kind}") == batches - 1
+
+
+def test_the_quorum_sink_resumes_from_its_own_tables_and_the_gauge_counts_the_open_episodes(tmp_path):
+    """The quorum query's sink (no Spark: it takes the replicas' rows) over a simulated run cut into
+    micro-batches of 20 events, the replicas run as the query runs them (one group per replica); its
+    anomalies are the whole run's in one piece, and the metrics' gauge by kind counts the open ones. A batch
+    written again after a crash (same txn) changes nothing."""
+    result = simulate(103, SimConfig(**{**CFG.__dict__, "duration_ms": 6000}))
+    events = [e for e in result.traffic if is_quorum_event(e) and e.get("destination_id") is not None]
+    expected = replay_quorum(events)[0]["anomalies"]
+    warehouse = Warehouse(str(tmp_path / "w"))
+    replicas: dict[int, Replica] = {}
+    for batch, start in enumerate(range(0, len(events), 20)):
+        rows: list[tuple[str, int, int, dict]] = []
+        groups: dict[int, list[dict]] = {}
+        for event in events[start:start + 20]:
+            groups.setdefault(event["destination_id"], []).append(event)
+        for rid, mine in groups.items():
+            replica = replicas.setdefault(rid, Replica(rid))
+            out = [(t, e["offset"], row) for e in mine for t, row in replica.apply(e, {})[0]]
+            out += [(t, replica.last_offset, row) for t, row in replica.state_rows()]
+            rows += [(t, offset, seq, row) for seq, (t, offset, row) in enumerate(out)]
+        write_quorum_outputs(warehouse, rows, ("kraftlake-quorum-test", batch))
+        if batch == 3:  # the batch again, as after a crash before Spark's checkpoint: already committed
+            versions = [warehouse.version(name) for name in ("anomalies", "quorum_state")]
+            write_quorum_outputs(warehouse, rows, ("kraftlake-quorum-test", batch))
+            assert [warehouse.version(name) for name in ("anomalies", "quorum_state")] == versions
+    table = {tuple(r[k] for k in table_keys("anomalies")): {k: plain(v) for k, v in r.items()}
+             for r in warehouse.read_arrow("anomalies").to_pylist()}
+    assert table == expected
+    gauges = {dict(g.labels)["kind"]: g.value for g in anomaly_gauges(warehouse)}
+    assert gauges == {LEADERLESS: 1, LAG: 0}
