@@ -7,8 +7,12 @@ from __future__ import annotations
 import json
 import threading
 
+import pytest
+
 from kraftlake.metadata.tables import table_arrow_schema, table_keys
-from kraftlake.raft.anomalies import LAG, LEADERLESS, QuorumAnomalies
+from kraftlake.cli.runtime import replay_configs
+from kraftlake.metadata.config import ConfigError, load_config
+from kraftlake.raft.anomalies import LAG, LAG_TIME_MAX_MS, LEADERLESS, QuorumAnomalies
 from kraftlake.raft.node import LEADER
 from kraftlake.raft.replica import Replica, is_quorum_event, replay_quorum
 from kraftlake.report.metrics import anomaly_gauges
@@ -201,3 +205,23 @@ def test_the_quorum_sink_resumes_from_its_own_tables_and_the_gauge_counts_the_op
     assert table == expected
     gauges = {dict(g.labels)["kind"]: g.value for g in anomaly_gauges(warehouse)}
     assert gauges == {LEADERLESS: 1, LAG: 0}
+
+
+def test_the_lag_threshold_is_the_jobs_setting_on_the_executors_too():
+    """kraftlake.anomaly.quorum.lag.time.max.ms given to the job reaches the replicas (replay_configs: what
+    the executors get) and decides: a lower one finds a voter lagging sooner, in more episodes."""
+    config = load_config(overrides=[f"{LAG_TIME_MAX_MS}=500"])
+    assert replay_configs(config)[LAG_TIME_MAX_MS] == "500"
+    with pytest.raises(ConfigError, match=LAG_TIME_MAX_MS):  # a user's mistake: refused at startup, in one line
+        load_config(overrides=[f"{LAG_TIME_MAX_MS}=2s"])
+    events = [e for e in simulate(103, SimConfig(**{**CFG.__dict__, "duration_ms": 6000})).traffic
+              if is_quorum_event(e) and e.get("destination_id") is not None]
+
+    def lags(properties: dict) -> list[tuple[int, int]]:
+        rows = replay_quorum(events, properties)[0]["anomalies"].values()
+        return sorted((r["start_offset"], r["broker_id"]) for r in rows if r["kind"] == LAG)
+
+    default, lower = lags({}), lags(replay_configs(config))
+    assert default and len(lower) > len(default)
+    assert all("lag.time.max.ms=500" in r["detail"] for r in replay_quorum(events, {LAG_TIME_MAX_MS: "500"})[0][
+        "anomalies"].values() if r["kind"] == LAG)

@@ -119,7 +119,8 @@ def write_quorum_anomalies(warehouse: Warehouse, events: list[dict], txn: tuple[
     batch's end (who leads) and the open quorum rows of ``anomalies`` the episodes it left open. A batch
     whose commit is there is done. The controller query MERGEs its own kinds into the same table at the
     same time: the keys never meet (``DeltaRsTables.upsert`` redoes a MERGE that lost the race)."""
-    if warehouse._already_committed(ANOMALIES, txn):
+    committed = warehouse.txn_version(ANOMALIES, txn[0])
+    if committed is not None and committed >= txn[1]:
         return 0
     state = warehouse.read_arrow("quorum_state", columns=["replica_id", "state"]).to_pylist() \
         if warehouse.exists("quorum_state") else []
