@@ -36,8 +36,9 @@ LEADERSHIP_ENDS = ("leader_resigned", "leader_step_down", "replica_shutdown", "r
 # What a replica noted just before it resigned, at the same event, that says why
 RESIGN_REASONS = ("zombie_leader_detected", "leader_removed_from_voters")
 _SAID = {"leader_resigned": "resigned", "leader_step_down": "stepped down", "replica_shutdown": "shut down",
-         "replica_failed": "failed", "replica_started": "restarted", "zombie_leader_detected":
-         "resigned as a zombie (no fetch from a majority)", "leader_removed_from_voters": "resigned, removed from the voters"}
+         "replica_failed": "failed", "replica_started": "restarted",
+         "zombie_leader_detected": "resigned as a zombie (no fetch from a majority)",
+         "leader_removed_from_voters": "resigned, removed from the voters"}
 
 
 def voter_entity(voter: int) -> str:
@@ -59,7 +60,8 @@ def _ended(row: dict, offset: int, timestamp: int, why: str) -> dict:
     return {**row, "end_offset": offset, "end_time": timestamp, "detail": f"{row['detail']}; for {length}, until {why}"}
 
 
-def lag_row(leader: int, voter: int, epoch: int, offset: int, timestamp: int, lag_ms: int, threshold_ms: int) -> dict:
+def _lag_opened(leader: int, voter: int, epoch: int, offset: int, timestamp: int, lag_ms: int, threshold_ms: int
+                ) -> dict:
     return _row(LAG, voter_entity(voter), offset, timestamp, VOTER_LAGGING,
                 f"voter {voter} not caught up with leader {leader} (epoch {epoch}) for {spoken_duration(lag_ms)}, "
                 f"over kraftlake.anomaly.quorum.lag.time.max.ms={threshold_ms}", broker=voter)
@@ -97,7 +99,7 @@ class QuorumAnomalies:
                     self.open = None
             elif event in RESIGN_REASONS:
                 why[replica] = (offset, event)
-            elif event in LEADERSHIP_ENDS and replica in self.leaders and not (event == STARTED and e["state"] == LEADER):
+            elif event in LEADERSHIP_ENDS and replica in self.leaders and (event != STARTED or e["state"] != LEADER):
                 self.leaders.discard(replica)
                 noted = why.get(replica)
                 cause = noted[1] if noted is not None and noted[0] == offset and event == "leader_resigned" else event
@@ -114,10 +116,10 @@ def _lag_row(e: Mapping) -> dict:
     """A ``voter_lagging`` event's open row, or the closed row of the episode a ``voter_lag_ended`` names."""
     d = json.loads(e["detail"])
     if e["event"] == VOTER_LAGGING:
-        return lag_row(e["replica_id"], d["voter_id"], e["epoch"], e["offset"], e["timestamp"], d["lag_time_ms"],
-                       d["threshold_ms"])
-    start = lag_row(e["replica_id"], d["voter_id"], d["since_epoch"], d["since_offset"], d["since_time"],
-                    d["since_lag_time_ms"], d["threshold_ms"])
+        return _lag_opened(e["replica_id"], d["voter_id"], e["epoch"], e["offset"], e["timestamp"],
+                           d["lag_time_ms"], d["threshold_ms"])
+    start = _lag_opened(e["replica_id"], d["voter_id"], d["since_epoch"], d["since_offset"], d["since_time"],
+                        d["since_lag_time_ms"], d["threshold_ms"])
     return _ended(start, e["offset"], e["timestamp"], {
         "caught_up": f"it caught up with leader {e['replica_id']}",
         "not_leading": f"replica {e['replica_id']} stopped leading",
@@ -125,4 +127,4 @@ def _lag_row(e: Mapping) -> dict:
 
 
 __all__ = ["KINDS", "LAG", "LAG_TIME_MAX_MS", "LEADERLESS", "LEADERSHIP_ENDS", "QuorumAnomalies", "VOTER_LAGGING",
-           "VOTER_LAG_ENDED", "lag_row", "voter_entity"]
+           "VOTER_LAG_ENDED", "voter_entity"]
