@@ -27,6 +27,7 @@ from kraftlake.metadata import uuids
 from kraftlake.storage.ingest import ingest_source
 from kraftlake.metadata.tables import table_arrow_schema
 from kraftlake.controller.shards import iter_rows, replay_log
+from kraftlake.raft.replica import replay_quorum
 from kraftlake.sim.cluster import DEFAULT_MIX, SimulationOptions, simulate
 from kraftlake.storage import Warehouse
 from kraftlake.storage.tables import rows_to_events
@@ -398,12 +399,17 @@ def logged_events(warehouse: Warehouse) -> list[dict]:
 
 
 def reference_tables(events: list[dict], shards: int) -> dict[str, list[dict]]:
-    """``replay_log`` in-process, its rows projected onto each table's columns as a Delta row would be."""
+    """``replay_log`` in-process, its rows projected onto each table's columns as a Delta row would be; the
+    quorum's anomalies from ``replay_quorum`` beside the controller's."""
     tables, _ = replay_log(events, shards)
+    quorum = replay_quorum(events)[0]
     out = {}
     for name in TABLES:
         columns = table_arrow_schema(name).names
-        out[name] = sorted_rows([{c: row.get(c) for c in columns} for row in iter_rows(tables.get(name, []))])
+        rows = list(iter_rows(tables.get(name, [])))
+        if name == "anomalies":
+            rows += list(iter_rows(quorum[name]))
+        out[name] = sorted_rows([{c: row.get(c) for c in columns} for row in rows])
     return out
 
 

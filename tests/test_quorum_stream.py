@@ -4,11 +4,13 @@ that wrote the traffic (the replicas are rebuilt exactly from what they received
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
 
 from kraftlake.cli import controller as controller_job
+from kraftlake.raft.anomalies import LAG, LEADERLESS
 from kraftlake.raft.replica import replay_quorum
 from kraftlake.raft.describe import LogView, status
 from kraftlake.sim.quorum import SimConfig, simulate
@@ -20,7 +22,7 @@ from streaming_helpers import (REPO_ROOT, committed_batches, controller_command,
                                plain, run_controller, sorted_rows)
 
 CFG = SimConfig(voters=3, observers=2, alter_every_ms=1500, crash_every_ms=3000, resign_every_ms=4000)
-TABLES = ("quorum_state", "quorum_replicas", "quorum_events")
+TABLES = ("quorum_state", "quorum_replicas", "quorum_events", "anomalies")
 
 
 def test_replay_of_the_traffic_rebuilds_every_simulated_replica():
@@ -40,7 +42,8 @@ def core_tables(warehouse: Warehouse) -> dict[str, list[dict]]:
     out = {"quorum_state": list(tables["quorum_state"].values()),
            "quorum_replicas": list(tables["quorum_replicas"].values()),
            "quorum_events": tables["quorum_events"],
-           "responses": tables["responses"]}
+           "responses": tables["responses"],
+           "anomalies": list(tables["anomalies"].values())}
     return out
 
 
@@ -57,7 +60,8 @@ def normalised(tables: dict[str, list[dict]]) -> dict[str, list]:
 def simulated(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("quorum")
     warehouse = Warehouse(str(root / "w"), spark=spark)
-    result = write_simulation(warehouse, seed=11, voters=3, observers=2, duration_ms=6000, config=CFG)
+    # seed 103: its leader is killed twice (re-elected after the first), and a voter lags in between
+    result = write_simulation(warehouse, seed=103, voters=3, observers=2, duration_ms=6000, config=CFG)
     assert result.ok
     return root, warehouse, result
 
@@ -73,6 +77,7 @@ def test_streaming_quorum_tables_equal_the_core_in_any_batching(spark, simulated
         run_controller(copy, tmp_path / f"cp{batch}", shards=2, max_records_per_batch=batch)
         tables = table_rows(copy)
         assert normalised(tables) == expected, batch
+    assert_killed_leaders_leave_the_quorum_leaderless(copy, tables)
     # and describe --status names the replica that led at the end of the simulation, with its high watermark
     leaders = [r.node for r in result.replicas.values() if not r.down and r.node.state == LEADER]
     fields = dict(status(tables["quorum_state"], tables["quorum_replicas"], LogView(None, None, None, None)))
@@ -82,6 +87,35 @@ def test_streaming_quorum_tables_equal_the_core_in_any_batching(spark, simulated
             (top.node_id, top.epoch, top.high_watermark)
     else:
         assert fields["LeaderId"] == -1
+
+
+def assert_killed_leaders_leave_the_quorum_leaderless(warehouse: Warehouse, tables: dict[str, list[dict]]) -> None:
+    """Each leader killed (a ReplicaShutdown in the log, not graceful, to the replica whose leader_elected came
+    last) begins a quorum_leaderless episode at that very event, which the next leader_elected ends; and a
+    voter's lag is the episode between its leader's voter_lagging and voter_lag_ended rows."""
+    log = warehouse.read_arrow("metadata_log").to_pylist()
+    kills = {r["offset"]: r["destination_id"] for r in log
+             if r["type"] == "ReplicaShutdown" and not r["ReplicaShutdown"]["Graceful"]}
+    events = sorted(tables["quorum_events"], key=lambda e: e["offset"])
+    episodes = sorted((a["start_offset"], a["end_offset"], a["cause"]) for a in tables["anomalies"]
+                      if a["kind"] == LEADERLESS)
+    expected, leader = [], None
+    for e in events:
+        if e["event"] == "leader_elected":
+            if expected and expected[-1][1] is None:
+                expected[-1] = (expected[-1][0], e["offset"], expected[-1][2])
+            leader = e["replica_id"]
+        elif e["event"] == "replica_shutdown" and leader is not None and kills.get(e["offset"]) == leader:
+            expected.append((e["offset"], None, "replica_shutdown"))
+            leader = None
+    assert len(expected) == 2 and expected[0][1] is not None and expected[1][1] is None
+    assert episodes == expected
+    lags = [(a["start_offset"], a["end_offset"], a["broker_id"]) for a in tables["anomalies"] if a["kind"] == LAG]
+    began = [(e["offset"], json.loads(e["detail"])["voter_id"]) for e in events if e["event"] == "voter_lagging"]
+    ended = [e["offset"] for e in events if e["event"] == "voter_lag_ended"]
+    assert lags and sorted(lags) == [(start, end, voter) for (start, voter), end in zip(began, ended)]
+    # the lag ended with the second kill: its leader stopped leading
+    assert lags[0][1] == expected[1][0]
 
 
 def test_the_kip_595_drafts_bootstrapping_example_through_the_streaming_job(spark, tmp_path):

@@ -53,9 +53,10 @@ DECODE_LIMITS = ("kraftlake.decode.batch.max.bytes", "kraftlake.decode.record.ma
 #: Where an event may land as it enters the log (``kraftlake.codec.bounds.Limits``): how many offsets past the
 #: log's end, how many ms past the clock of the job that writes it.
 INGEST_BOUNDS = ("kraftlake.ingest.offset.max.gap", "kraftlake.ingest.timestamp.after.max.ms")
-#: The anomaly rules' thresholds (``kraftlake.controller.anomalies``), each a count or event-time ms of at least 1.
+#: The anomaly rules' thresholds (``kraftlake.controller.anomalies``, ``kraftlake.raft.anomalies``), each a count
+#: or event-time ms of at least 1.
 ANOMALY_THRESHOLDS = ("kraftlake.anomaly.reassignment.stuck.ms", "kraftlake.anomaly.broker.flapping.unfencings",
-                      "kraftlake.anomaly.broker.flapping.window.ms")
+                      "kraftlake.anomaly.broker.flapping.window.ms", "kraftlake.anomaly.quorum.lag.time.max.ms")
 #: Settings under this prefix are delta-rs storage options (``kraftlake.storage.aws_endpoint_url``, ...).
 STORAGE_PREFIX = "kraftlake.storage."
 

@@ -264,6 +264,11 @@ class RaftNode:
             self._clear_inactive_observers(now_ms)
         return dict(self._progress)
 
+    def elected_at(self) -> int:
+        """When this leader was elected: its LeaderChangeMessage's time (a voter that has not fetched since
+        has been behind since then)."""
+        return self.log.entries[self._epoch_start_offset].value["timestamp"]
+
     def hw_known(self) -> bool:
         """A new leader knows no high watermark until an entry of its own epoch is committed
         (``LeaderState.highWatermark`` is empty until then); every other state reports what it has."""

@@ -29,9 +29,11 @@ from kraftlake.codec.bounds import Limits
 from kraftlake.codec.events import json_bytes
 from kraftlake.codec.logdir import decode_buffer
 from kraftlake.codec.writer import encode_events
+from kraftlake.metadata.config import setting
 from kraftlake.metadata.errors import error_code, error_name
 from kraftlake.metadata.schemas import QUORUM_TRAFFIC, registry
 from kraftlake.metadata.tables import table_keys
+from kraftlake.raft.anomalies import LAG_TIME_MAX_MS, VOTER_LAG_ENDED, VOTER_LAGGING, QuorumAnomalies
 from kraftlake.raft.config import RaftConfig, parse_voters
 from kraftlake.raft.draft import node_class
 from kraftlake.raft.log import RaftLog
@@ -247,7 +249,10 @@ class Replica:
     """One quorum replica between events: its node (None until it first starts), whether it is down,
     what it needs to restart (its config and voters), the last event it handled, and its view of the
     replicas as of its last event as leader (``quorum_replicas`` keeps the last term's view of every
-    replica that led, so the tables do not depend on where a micro-batch happened to end)."""
+    replica that led, so the tables do not depend on where a micro-batch happened to end).
+
+    ``lagging``: while it leads, the voters it sees lagging (``quorum_lag``), each with where its episode
+    began: [offset, time, lag time then, epoch, threshold], so that the event that ends it can say so."""
 
     replica_id: int
     node: RaftNode | None = None
@@ -256,18 +261,22 @@ class Replica:
     last_offset: int = -1
     last_time: int | None = None
     view: list[dict] = field(default_factory=list)
+    lagging: dict[int, list[int]] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps({"replica_id": self.replica_id, "node": None if self.node is None else self.node.to_dict(),
                            "down": self.down, "startup": self.startup, "last_offset": self.last_offset,
-                           "last_time": self.last_time, "view": self.view}, separators=(",", ":"))
+                           "last_time": self.last_time, "view": self.view,
+                           "lagging": sorted([v, *since] for v, since in self.lagging.items())},
+                          separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str | None, replica_id: int, properties: Mapping[str, str]) -> Replica:
         if not text:
             return cls(replica_id)
         d = json.loads(text)
-        r = cls(d["replica_id"], None, d["down"], d["startup"], d["last_offset"], d["last_time"], d["view"])
+        r = cls(d["replica_id"], None, d["down"], d["startup"], d["last_offset"], d["last_time"], d["view"],
+                {v: since for v, *since in d.get("lagging", ())})  # a state written before quorum_lag: none
         if d["node"] is not None:
             config = raft_config(properties, r.startup)
             r.node = node_class(config).from_dict(d["node"], config)
@@ -325,13 +334,40 @@ class Replica:
                 answer = next((m for m in replies if m["type"] == t.replace("Request", "Response")), None)
                 if answer is not None:
                     rows.append(("responses", self._response_row(event, answer, now)))
+        self.last_offset, self.last_time = event["offset"], now
+        leading = self.node is not None and self.node.state == LEADER and not self.down
+        if leading:
+            self.view = self._leader_view()
         if self.node is not None:
+            self._judge_lag(leading, int(setting(properties, LAG_TIME_MAX_MS)))
             rows += [("quorum_events", self._event_row(event, e["time_ms"], e)) for e in self.node.events]
             self.node.events.clear()
-        self.last_offset, self.last_time = event["offset"], now
-        if self.node is not None and self.node.state == LEADER and not self.down:
-            self.view = self._leader_view()
         return rows, sent
+
+    def _judge_lag(self, leading: bool, threshold_ms: int) -> None:
+        """Note the voters that have just been behind for over ``threshold_ms`` in this leader's view, and
+        those that no longer are (caught up, no longer a voter, or this replica no longer leads). A voter
+        that has not caught up since the election is behind since the election (Kafka's view has no time
+        for it: -1)."""
+        node, now = self.node, self.last_time
+        assert node is not None and now is not None
+        behind: dict[int, int] = {}
+        if leading:
+            elected = node.elected_at()
+            for row in self.view:
+                if row["status"] == "Follower":
+                    caught_up = row["last_caught_up_timestamp"]
+                    lag = now - (elected if caught_up is None else caught_up)
+                    if lag > threshold_ms:
+                        behind[row["replica_id"]] = lag
+        for voter in sorted(behind.keys() - self.lagging.keys()):
+            node.note(now, VOTER_LAGGING, voter_id=voter, lag_time_ms=behind[voter], threshold_ms=threshold_ms)
+            self.lagging[voter] = [self.last_offset, now, behind[voter], node.epoch, threshold_ms]
+        for voter in sorted(self.lagging.keys() - behind.keys()):
+            offset, time, lag, epoch, threshold = self.lagging.pop(voter)
+            reason = "not_leading" if not leading else "not_a_voter" if voter not in node.voters else "caught_up"
+            node.note(now, VOTER_LAG_ENDED, voter_id=voter, reason=reason, since_offset=offset, since_time=time,
+                      since_lag_time_ms=lag, since_epoch=epoch, threshold_ms=threshold)
 
     def _start(self, event: Mapping | None, now: int, properties: Mapping[str, str]) -> list[dict]:
         startup = dict(event["data"]) if event is not None else self.startup
@@ -417,9 +453,9 @@ def is_quorum_event(event: Mapping) -> bool:
 
 def replay_quorum(events: Iterable[Mapping], properties: Mapping[str, str] | None = None
                   ) -> tuple[dict[str, Any], dict[int, Replica]]:
-    """The quorum tables from a log, in-process: ``quorum_state`` and ``quorum_replicas`` as
-    {key: row}, ``quorum_events`` and ``responses`` as lists in offset order. The reference the
-    streaming job is tested against."""
+    """The quorum tables from a log, in-process: ``quorum_state``, ``quorum_replicas`` and the quorum's
+    ``anomalies`` as {key: row}, ``quorum_events`` and ``responses`` as lists in offset order. The
+    reference the streaming job is tested against."""
     properties = properties or {}
     replicas: dict[int, Replica] = {}
     appended: dict[str, list[dict]] = {"quorum_events": [], "responses": [], "rejected": []}
@@ -430,7 +466,9 @@ def replay_quorum(events: Iterable[Mapping], properties: Mapping[str, str] | Non
         replica = replicas.setdefault(rid, Replica(rid))
         for table, row in replica.apply(event, properties)[0]:
             appended[table].append(row)
-    tables: dict[str, Any] = {"quorum_state": {}, "quorum_replicas": {}, **appended}
+    tables: dict[str, Any] = {"quorum_state": {}, "quorum_replicas": {}, **appended,
+                              "anomalies": {tuple(r[k] for k in table_keys("anomalies")): r
+                                            for r in QuorumAnomalies().rows(appended["quorum_events"])}}
     for replica in replicas.values():
         for table, row in replica.state_rows():
             tables[table][tuple(row[k] for k in table_keys(table))] = row

@@ -37,7 +37,7 @@ from kraftlake.metadata.tables import (FIXED_COLUMNS, derived_tables, metadata_l
                                        tables_of)
 from kraftlake.report.metrics import PATH as METRICS_PATH, MetricsServer
 from kraftlake.spark.queries import (BackfillGuard, ControllerMetrics, LogProgress, MetadataLogEnd, delete_dir,
-                                     group_keys, parse_state, query_id, start_sink, supervise)
+                                     group_keys, open_anomalies, parse_state, query_id, start_sink, supervise)
 from kraftlake.spark.quorum_query import start_quorum
 from kraftlake.storage import NATIVE, PAYLOAD, Warehouse
 from kraftlake.storage.lease import Lease
@@ -336,7 +336,7 @@ def write_outputs(warehouse: Warehouse, outputs: list[Output] | BatchOutputs,
     counts = [o for o in rest if o.table == LEADER_COUNTS]
     if counts:
         rest = [o for o in rest if o.table != LEADER_COUNTS]
-        rest += leader_imbalance(counts, _open_imbalances(warehouse), config or {})
+        rest += leader_imbalance(counts, open_anomalies(warehouse, (IMBALANCE,)), config or {})
     # keys never span shards (a topic lives on one shard, brokers and configs come from shard 0 only),
     # so (offset, seq) orders every key's rows
     ordered = sorted(rest, key=lambda o: (o.offset, o.seq))
@@ -386,21 +386,6 @@ def write_outputs(warehouse: Warehouse, outputs: list[Output] | BatchOutputs,
         warehouse.upsert(name, _arrow_rows(name, upserts), keys, schema, txn, delete_keys)
         written[name] = len(final)
     return written
-
-
-def _open_imbalances(warehouse: Warehouse) -> list[dict]:
-    """The leader_imbalance episodes still open, as the shards' rows are (times in ms): a few rows."""
-    if not warehouse.exists("anomalies"):
-        return []
-    rows = warehouse.read_arrow("anomalies", filter=pc.field("end_offset").is_null())
-    # kind compared after the read: a filter on it meets string_view statistics that pyarrow cannot compare
-    rows = rows.filter(pc.equal(rows.column("kind").cast(pa.string()), IMBALANCE))
-    for column in ("start_time", "end_time"):
-        index = rows.schema.get_field_index(column)
-        values = rows.column(column)
-        rows = rows.set_column(index, column, pc.cast(values, pa.timestamp("ms", values.type.tz), safe=False)
-                               .cast(pa.int64()))
-    return rows.to_pylist()
 
 
 def reset(warehouse: Warehouse, checkpoint: str) -> None:

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 import zlib
-from typing import Any, Callable, Mapping, TextIO, TypeVar
+from typing import Any, Callable, Collection, Mapping, TextIO, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -195,6 +195,22 @@ def start_sink(outputs: Any, name: str, checkpoint: str, once: bool, trigger_int
     writer = writer.trigger(availableNow=True) if once else \
         writer.trigger(processingTime=f"{trigger_interval_ms} milliseconds")
     return writer.start()
+
+
+def open_anomalies(warehouse: Any, kinds: Collection[str]) -> list[dict]:
+    """The episodes of ``kinds`` still open in ``anomalies``, as the core makes rows (times in ms): what a
+    sink's rules across micro-batches carry over (a few rows)."""
+    if not warehouse.exists("anomalies"):
+        return []
+    rows = warehouse.read_arrow("anomalies", filter=pc.field("end_offset").is_null())
+    # kind compared after the read: a filter on it meets string_view statistics that pyarrow cannot compare
+    rows = rows.filter(pc.is_in(rows.column("kind").cast(pa.string()), pa.array(list(kinds), pa.string())))
+    for column in ("start_time", "end_time"):
+        index = rows.schema.get_field_index(column)
+        values = rows.column(column)
+        rows = rows.set_column(index, column, pc.cast(values, pa.timestamp("ms", values.type.tz), safe=False)
+                               .cast(pa.int64()))
+    return rows.to_pylist()
 
 
 # Starts the error of a state the state store gave back intact but that does not parse: written by a

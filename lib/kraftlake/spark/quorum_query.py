@@ -3,11 +3,11 @@
 A second streaming query beside the controller's, over the same ``metadata_log``: it keeps only the
 quorum's traffic (``schemas.QUORUM_TRAFFIC``, addressed by ``destination_id``), groups it by replica
 and runs ``quorum.Replica.apply`` per replica in ``applyInPandasWithState``, the replica's whole state
-(its ``RaftNode``, log included) in the state store. The sink commits ``quorum_state`` and
-``quorum_replicas`` (MERGE), ``quorum_events``, the replicas' answers in ``responses`` and what they
-cannot read in ``rejected`` (append), each
-write tagged with the Delta transaction (``kraftlake-quorum-<query id>``, batch id), so a restart
-never writes a batch twice. Its checkpoint is the ``quorum`` folder inside the controller's.
+(its ``RaftNode``, log included) in the state store. The sink commits the quorum's ``anomalies`` first
+(MERGE, ``write_quorum_anomalies``), then ``quorum_state`` and ``quorum_replicas`` (MERGE),
+``quorum_events``, the replicas' answers in ``responses`` and what they cannot read in ``rejected``
+(append), each write tagged with the Delta transaction (``kraftlake-quorum-<query id>``, batch id), so a
+restart never writes a batch twice. Its checkpoint is the ``quorum`` folder inside the controller's.
 
 Why a query of its own: quorum traffic is keyed by replica, not by topic shard, and it is a few
 messages per replica and second; keeping it apart leaves the controller's hot path untouched and only
@@ -21,14 +21,17 @@ from typing import Any, Iterator, Mapping
 
 from kraftlake.metadata.schemas import QUORUM_TRAFFIC
 from kraftlake.metadata.tables import metadata_log_schema, table_arrow_schema, table_keys, tables_of
+from kraftlake.raft.anomalies import KINDS, QuorumAnomalies
 from kraftlake.raft.replica import Replica
-from kraftlake.spark.queries import parse_state, start_sink
+from kraftlake.spark.queries import open_anomalies, parse_state, start_sink
 from kraftlake.storage import Warehouse
 from kraftlake.storage.tables import rows_to_arrow
 
 OUTPUT_SCHEMA = "table string, offset long, seq int, row string"
 STATE_SCHEMA = "replica string"
 ENVELOPE = ["offset", "timestamp", "type", "version", "source_id", "destination_id", "correlation_id"]
+ANOMALIES = "anomalies"  # shared with the controller query, which writes its own kinds: written apart
+STATE_TABLES = tuple(n for n in tables_of("quorum", "state") if n != ANOMALIES)
 
 
 def checkpoint_of(controller_checkpoint: str) -> str:
@@ -87,22 +90,45 @@ def replica_function(properties: Mapping[str, str]):
 
 def write_quorum_outputs(warehouse: Warehouse, rows: list[tuple[str, int, int, dict]], txn: tuple[str, int]
                          ) -> dict[str, int]:
-    """Commit one micro-batch: MERGE the state tables (one row per key and batch: a replica's last),
-    append events and answers."""
+    """Commit one micro-batch: the quorum's anomalies first (they resume from ``quorum_state`` as the last
+    batch left it), then MERGE the state tables (one row per key and batch: a replica's last), append
+    events and answers."""
     ordered = sorted(rows, key=lambda r: (r[1], r[2]))
     written = {}
+    events = [r[3] for r in ordered if r[0] == "quorum_events"]
+    if events:
+        written[ANOMALIES] = write_quorum_anomalies(warehouse, events, txn)
     for name in tables_of("quorum", "append"):
         found = [r[3] for r in ordered if r[0] == name]
         if found:
             warehouse.append(name, rows_to_arrow(name, found), table_arrow_schema(name), txn)
             written[name] = len(found)
-    for name in tables_of("quorum", "state"):
+    for name in STATE_TABLES:
         final = {tuple(r[3][k] for k in table_keys(name)): r[3] for r in ordered if r[0] == name}
         if final:
             warehouse.upsert(name, rows_to_arrow(name, list(final.values())), list(table_keys(name)),
                              table_arrow_schema(name), txn)
             written[name] = len(final)
     return written
+
+
+def write_quorum_anomalies(warehouse: Warehouse, events: list[dict], txn: tuple[str, int]) -> int:
+    """The episodes a micro-batch's ``quorum_events`` (in offset order) open and close, MERGEd into
+    ``anomalies``; how many rows. Its rules resume from the tables: this commit comes before the batch's
+    ``quorum_state``, so when it is not there yet (``txn``), ``quorum_state`` still holds the previous
+    batch's end (who leads) and the open quorum rows of ``anomalies`` the episodes it left open. A batch
+    whose commit is there is done. The controller query MERGEs its own kinds into the same table at the
+    same time: the keys never meet (``DeltaRsTables.upsert`` redoes a MERGE that lost the race)."""
+    committed = warehouse.txn_version(ANOMALIES, txn[0])
+    if committed is not None and committed >= txn[1]:
+        return 0
+    state = warehouse.read_arrow("quorum_state", columns=["replica_id", "state"]).to_pylist() \
+        if warehouse.exists("quorum_state") else []
+    rules = QuorumAnomalies.resume(state, open_anomalies(warehouse, KINDS))
+    final = {tuple(row[k] for k in table_keys(ANOMALIES)): row for row in rules.rows(events)}
+    warehouse.upsert(ANOMALIES, rows_to_arrow(ANOMALIES, list(final.values())), list(table_keys(ANOMALIES)),
+                     table_arrow_schema(ANOMALIES), txn)  # none found: the batch's commit all the same
+    return len(final)
 
 
 def start_quorum(warehouse: Warehouse, checkpoint: str, once: bool, properties: Mapping[str, str],
@@ -128,4 +154,4 @@ def start_quorum(warehouse: Warehouse, checkpoint: str, once: bool, properties: 
                       warehouse.storage_options)
 
 
-__all__ = ["checkpoint_of", "start_quorum", "traffic", "write_quorum_outputs"]
+__all__ = ["checkpoint_of", "start_quorum", "traffic", "write_quorum_anomalies", "write_quorum_outputs"]

@@ -638,9 +638,24 @@ class DeltaRsTables:
         Updates and deletes go through one MERGE (deletes as flagged source rows) so they land in a
         single commit with ``txn``. A key must not appear twice in the source, nor in both ``data``
         and ``delete_keys``: Delta rejects a target row matched by several source rows.
+
+        A table with two writers (``anomalies``: the controller query and the quorum query, each MERGE-ing
+        its own kinds) may see the other commit between its read and its commit: the MERGE that lost is done
+        again on the new version, ``txn`` checked again first. Their keys are disjoint, so redoing it
+        changes nothing the winner wrote.
         """
-        if self._already_committed(name, txn):
-            return False
+        for _ in range(COMMIT_ATTEMPTS):
+            if self._already_committed(name, txn):
+                return False
+            try:
+                return self._merge(name, data, keys, schema, txn, delete_keys)
+            except CommitFailedError:
+                continue
+        raise Conflict(f"{self.path(name)}: {COMMIT_ATTEMPTS} MERGEs in a row lost to other writers' commits")
+
+    def _merge(self, name: str, data: pa.Table, keys: list[str], schema: pa.Schema, txn: Txn | None,
+               delete_keys: pa.Table | None) -> bool:
+        """One attempt of ``upsert`` on the table's current version."""
         self.create_if_missing(name, schema)
         table = self.table(name)
         row_schema = _source_schema(schema, keys, pa.schema(table.schema().to_arrow()))
