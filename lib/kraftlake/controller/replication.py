@@ -70,8 +70,10 @@ def broker_failover(image: ClusterImage, broker_id: int, ctx: Context,
     rows = store.rows_holding(broker_id, ("isr", "elr") if also_elr or unclean_shutdown else ("isr",))
     ranks = rank_of[store.cols["topic"][rows]]
     rows, ranks = rows[ranks >= 0], ranks[ranks >= 0]
-    order = np.lexsort((store.cols["partition_id"][rows], ranks))
-    rows, ranks = rows[order], ranks[order]
+    place = (ranks << 32) | store.cols["partition_id"][rows]
+    if np.any(place[1:] < place[:-1]):  # rows are not kept in topic order
+        order = np.argsort(place)
+        rows, ranks = rows[order], ranks[order]
     policies: dict[tuple[Election, bool, int], int] = {}
     policy_of_rank = np.full(len(topics), -1, np.int64)
     for rank in np.unique(ranks).tolist():
@@ -95,9 +97,11 @@ def broker_failover(image: ClusterImage, broker_id: int, ctx: Context,
     changed = np.fromiter((t is not None for t in templates), np.bool_, len(templates))[shape]
     shape, rows, ranks = shape[changed].tolist(), rows[changed], ranks[changed].tolist()
     topic_ids = [t.id for t in topics]
+    versions = [None if t is None else t["version"] for t in templates]
+    datas = [None if t is None else t["data"] for t in templates]
     with _collector_paused():
-        return [{"type": "PartitionChangeRecord", "version": templates[s]["version"],
-                 "data": {**templates[s]["data"], "TopicId": topic_ids[rank], "PartitionId": partition_id}}
+        return [{"type": "PartitionChangeRecord", "version": versions[s],
+                 "data": dict(datas[s], TopicId=topic_ids[rank], PartitionId=partition_id)}
                 for s, rank, partition_id in zip(shape, ranks, store.cols["partition_id"][rows].tolist())]
 
 
