@@ -65,6 +65,8 @@ def _dense(values: np.ndarray) -> tuple[np.ndarray, int]:
     if not len(values):
         return np.zeros(0, np.int64), 0
     low, high = int(values.min()), int(values.max())
+    if low == high:  # (most list columns of a failover: no reassignment, no ELR)
+        return np.zeros(len(values), np.int64), 1
     if high - low <= 4 * len(values) + 1024:
         shifted = values.astype(np.int64) - low
         present = np.zeros(high - low + 1, np.bool_)
