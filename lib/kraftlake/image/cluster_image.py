@@ -40,19 +40,14 @@ _FORMAT = 2
 _MAGIC = b"KLI2"  # format 2 and later: the JSON document, then the partition columns
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def normalize_uuid(text: str) -> str:
     """Kafka's base64 form of a Uuid given in either text form.
 
-    Cached because the same few topic and broker ids arrive in almost every record (parsing one costs
-    ten times the cache's look-up: a failover's 10^6 records spent a second here), and keys of the
-    image must not depend on which form the input used. Bounded: a log may name any number of ids.
+    Cached because the same few topic and broker ids arrive in almost every record, and keys of the
+    image must not depend on which form the input used.
     """
-    if isinstance(text, str):
-        return _normalized(text)
-    return uuids.normalize(text)  # (not cached: it says why this is no Uuid)
-
-
-_normalized = functools.lru_cache(maxsize=1 << 16)(uuids.normalize)
+    return uuids.normalize(text)
 
 
 class Endpoint(NamedTuple):
