@@ -214,9 +214,9 @@ class PartitionStore:
         return np.flatnonzero(held & self.cols["alive"][:self.size])
 
     def shapes(self, rows: np.ndarray, *keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(shape of each of ``rows``, the place in ``rows`` of one of each shape): rows of one shape agree in every field but
-        their topic, partition id, epochs and offsets, and in each of ``keys`` (an array per row). A
-        decision that reads only those fields is then made once per shape, not once per partition."""
+        """(shape of each of ``rows``, the place in ``rows`` of one of each shape): rows of one shape agree
+        in every field but their topic, partition id, epochs and offsets, and in each of ``keys`` (an array
+        per row). A decision that reads only those fields is then made once per shape, not per partition."""
         key, size = np.zeros(len(rows), np.int64), 1
         for column in [self.cols[name][rows] for name in SHAPE_FIELDS] + list(keys):
             ranks, count = _dense(column)
