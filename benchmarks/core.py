@@ -140,7 +140,8 @@ def measure_failover(partitions: int, brokers: int, repeats: int, full_step: boo
         out["shard_step_rows"] = len(rows)
     log(f"failover over {partitions:,} partitions: decide {out['decide_controlled_shutdown_s']['min']:.3f} s "
         f"(controlled shutdown), {out['decide_session_expiry_s']['min']:.3f} s (session expiry), "
-        f"replay {apply_s:.3f} s ({columns_s:.3f} s on the columns)" + (f", shard step {out['shard_step_s']:.2f} s" if full_step else ""))
+        f"replay {apply_s:.3f} s ({columns_s:.3f} s on the columns)"
+        + (f", shard step {out['shard_step_s']:.2f} s" if full_step else ""))
     return out
 
 
