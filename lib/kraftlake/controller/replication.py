@@ -14,6 +14,8 @@ import contextlib
 import gc
 from typing import Callable, Iterator, Mapping
 
+import numpy as np
+
 from kraftlake.controller.decisions import Context, Decision, error_code, response
 from kraftlake.controller.elections import (Eligible, Election, change_partition, eligible_replicas, elr_policy,
     metadata_version, unclean_election_enabled)
@@ -49,31 +51,58 @@ def broker_failover(image: ClusterImage, broker_id: int, ctx: Context,
     The broker is excluded explicitly rather than through the image, because Kafka writes these
     records before the one that fences it. Partitions it is in neither the ISR nor (when asked) the
     ELR of cannot change: it leads none of them. Only this shard's topics are considered
-    (``ctx.owns``).
+    (``ctx.owns``); records come in topic order, then partition order.
+
+    A broker of a large cluster is in hundreds of thousands of partitions, but they come in few shapes
+    (``PartitionStore.shapes``: the same replicas, ISR, leader, ... under the same topic policy), and
+    ``change_partition`` reads nothing else but the partition's identity, which it copies into the
+    record. So the partitions are found on the columns, each shape is decided once, and each partition's
+    record is its shape's with its own TopicId and PartitionId (docs/performance.md: 10^6 partitions).
     """
     mv = metadata_version(image)
     eligible = eligible_replicas(image, excluded=(broker_id,))
-    in_elr = also_elr or unclean_shutdown
     shut_down = (broker_id,) if unclean_shutdown else ()
-    records = []
+    store = image.store
+    store.flush()
+    topics = [t for t in image.topics.values() if ctx.owns(t.id)]
+    rank_of = np.full(len(store.topics.values), -1, np.int64)  # topic ordinal -> place in ``topics``
+    rank_of[[store.topics.codes[t.id] for t in topics]] = np.arange(len(topics))
+    rows = store.rows_holding(broker_id, ("isr", "elr") if also_elr or unclean_shutdown else ("isr",))
+    ranks = rank_of[store.cols["topic"][rows]]
+    rows, ranks = rows[ranks >= 0], ranks[ranks >= 0]
+    place = (ranks << 32) | store.cols["partition_id"][rows]
+    if np.any(place[1:] < place[:-1]):  # rows are not kept in topic order
+        order = np.argsort(place)
+        rows, ranks = rows[order], ranks[order]
+    policies: dict[tuple[Election, bool, int], int] = {}
+    policy_of_rank = np.full(len(topics), -1, np.int64)
+    for rank in np.unique(ranks).tolist():
+        topic = topics[rank]
+        policy = elr_policy(image, topic, ctx.config)
+        key = (topic_election(image, topic.name, ctx), policy["elr"], policy["min_isr"])
+        policy_of_rank[rank] = policies.setdefault(key, len(policies))
+    policy_of_row = policy_of_rank[ranks]
+    shape, representatives = store.shapes(rows, policy_of_row)
+    by_policy = list(policies)
+    templates: list[dict | None] = []
+    for place in representatives.tolist():
+        partition = store.make([rows[place]], topics[ranks[place]].id)[0]
+        election, elr, min_isr = by_policy[policy_of_row[place]]
+        change = None
+        if directories is None or _directory_of(partition, broker_id) in directories:
+            change = change_partition(partition, eligible, isr=[r for r in partition.isr if r != broker_id],
+                                      election=election, mv=mv, unclean_shutdown=shut_down, elr=elr,
+                                      min_isr=min_isr)
+        templates.append(change)
+    changed = np.fromiter((t is not None for t in templates), np.bool_, len(templates))[shape]
+    shape, rows, ranks = shape[changed].tolist(), rows[changed], ranks[changed].tolist()
+    topic_ids = [t.id for t in topics]
+    versions = [None if t is None else t["version"] for t in templates]
+    datas = [None if t is None else t["data"] for t in templates]
     with _collector_paused():
-        for topic in image.topics.values():
-            if not ctx.owns(topic.id):
-                continue
-            election = topic_election(image, topic.name, ctx)
-            policy = elr_policy(image, topic, ctx.config)
-            elr, min_isr = policy["elr"], policy["min_isr"]  # (not splatted: this loop runs per partition)
-            for partition in topic.partitions.values():
-                if broker_id not in partition.isr and not (in_elr and broker_id in partition.elr):
-                    continue
-                if directories is not None and _directory_of(partition, broker_id) not in directories:
-                    continue
-                change = change_partition(partition, eligible, isr=[r for r in partition.isr if r != broker_id],
-                                          election=election, mv=mv, unclean_shutdown=shut_down, elr=elr,
-                                          min_isr=min_isr)
-                if change is not None:
-                    records.append(change)
-    return records
+        return [{"type": "PartitionChangeRecord", "version": versions[s],
+                 "data": dict(datas[s], TopicId=topic_ids[rank], PartitionId=partition_id)}
+                for s, rank, partition_id in zip(shape, ranks, store.cols["partition_id"][rows].tolist())]
 
 
 def _directory_of(partition: PartitionRegistration, broker_id: int) -> str | None:
@@ -85,17 +114,25 @@ def _directory_of(partition: PartitionRegistration, broker_id: int) -> str | Non
 
 @contextlib.contextmanager
 def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while a decision allocates a record per partition.
+    """Python's cyclic garbage collector off while a decision allocates a record per partition, and what
+    was allocated meanwhile put straight into the oldest generation on the way out.
 
     The records hold no cycles, but every few hundred thousand allocations make the collector walk
     the whole image (hundreds of thousands of registrations): measured on 100,000 partitions, that
     was 45% of a broker failover (docs/performance.md). Reference counting still frees everything.
+    Turned back on, the collector would first walk every record made meanwhile, as young objects (19% of
+    the failover at 10^6 partitions); in the oldest generation they are walked only by a full collection,
+    which usually comes after they are consumed and freed. (``gc.freeze`` then ``gc.unfreeze`` moves every
+    tracked object there without walking any; skipped if anything else keeps objects frozen.)
     """
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        if gc.get_freeze_count() == 0:
+            gc.freeze()
+            gc.unfreeze()
         if enabled:
             gc.enable()
 

@@ -148,9 +148,10 @@ def apply(image: ClusterImage, changes: Changes, rows: np.ndarray) -> Applied:
     leaders = changes.leaders[order]
     leader_set = leaders != NO_LEADER_CHANGE
     leader_after = carried(leader_set, leaders, cols["leader"][r])
-    isr_set = np.fromiter((changes.isrs[i] is not None for i in order.tolist()), bool, n)
-    isr_codes = np.fromiter((store.ints.code(changes.isrs[i]) if changes.isrs[i] is not None else 0
-                             for i in order.tolist()), np.int32, n)
+    isr_set = np.fromiter((isr is not None for isr in changes.isrs), bool, n)[order]
+    known, code = store.ints.codes, store.ints.code
+    isr_codes = np.fromiter((0 if isr is None else known[isr] if isr in known else code(isr) for isr in changes.isrs),
+                            np.int32, n)[order]
     isr_after = carried(isr_set, isr_codes, cols["isr"][r])
     recovery = changes.recovery[order]
     recovery_after = carried(recovery != LRS_NO_CHANGE, recovery, cols["leader_recovery_state"][r])

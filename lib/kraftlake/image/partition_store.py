@@ -54,6 +54,29 @@ COLUMNS = {**{name: np.int64 if name in LONGS else np.int32 for name in FIELDS},
 _FORMAT = 1  # of ``to_bytes``
 
 
+# The fields a partition's shape is made of (``PartitionStore.shapes``): all but its identity, epochs and offsets.
+SHAPE_FIELDS = ("replicas", "isr", "removing_replicas", "adding_replicas", "leader", "leader_recovery_state", "elr",
+                "last_known_elr", "directories")
+
+
+def _dense(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each value's rank among the distinct ``values``, and how many there are. Values in a range not much
+    wider than their count (codes, broker ids) are ranked by a table over the range instead of a sort."""
+    if not len(values):
+        return np.zeros(0, np.int64), 0
+    low, high = int(values.min()), int(values.max())
+    if low == high:  # (most list columns of a failover: no reassignment, no ELR)
+        return np.zeros(len(values), np.int64), 1
+    if high - low <= 4 * len(values) + 1024:
+        shifted = values.astype(np.int64) - low
+        present = np.zeros(high - low + 1, np.bool_)
+        present[shifted] = True
+        ranks = np.cumsum(present) - 1
+        return ranks[shifted], int(ranks[-1]) + 1
+    distinct, inverse = np.unique(values, return_inverse=True)
+    return inverse.astype(np.int64).reshape(-1), len(distinct)
+
+
 class Codes:
     """Distinct values (the tuples of some list columns, or topic ids), each known by its code: its index
     here."""
@@ -180,6 +203,30 @@ class PartitionStore:
             return np.full(len(wanted), -1, np.int64)
         at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
         return np.where(keys[at] == wanted, rows[at], -1)
+
+    def rows_holding(self, broker_id: int, lists: tuple[str, ...]) -> np.ndarray:
+        """The live rows where ``broker_id`` is in any of the ``lists`` (INT_LISTS names), after ``flush``:
+        membership is asked once per distinct tuple, then looked up per row."""
+        member = np.fromiter((broker_id in v for v in self.ints.values), np.bool_, len(self.ints.values))
+        held = np.zeros(self.size, np.bool_)
+        for name in lists:
+            held |= member[self.cols[name][:self.size]]
+        return np.flatnonzero(held & self.cols["alive"][:self.size])
+
+    def shapes(self, rows: np.ndarray, *keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(shape of each of ``rows``, the place in ``rows`` of one of each shape): rows of one shape agree
+        in every field but their topic, partition id, epochs and offsets, and in each of ``keys`` (an array
+        per row). A decision that reads only those fields is then made once per shape, not per partition."""
+        key, size = np.zeros(len(rows), np.int64), 1
+        for column in [self.cols[name][rows] for name in SHAPE_FIELDS] + list(keys):
+            ranks, count = _dense(column)
+            if size * count >= 1 << 62:
+                key, size = _dense(key)
+            key, size = key * count + ranks, size * count
+        shape, count = _dense(key)
+        representative = np.empty(count, np.int64)
+        representative[shape] = np.arange(len(rows))  # any row of a shape stands for it
+        return shape, representative
 
     # -- copies and bytes -----------------------------------------------------------------------------
 
