@@ -143,6 +143,9 @@ class Anomalies:
     watched: dict[str, int] = field(default_factory=dict)  # topic id -> open episodes and reassignments
     # the reassignments not stuck yet, as (time begun, entity, offset begun): a heap, soonest deadline first
     _due: list[tuple[int, str, int]] = field(default_factory=list)
+    # the earliest of the brokers' last unfencings (None: to be found again): ``tick`` runs at every
+    # broadcast event, and walking every broker of ``unfencings`` there would mostly find none calm
+    _last_unfenced: int | None = None
 
     # ---- bookkeeping
 
@@ -204,12 +207,19 @@ class Anomalies:
         while self._due and self._due[0][0] + self.thresholds.stuck_ms <= timestamp:
             _, entity, start = heapq.heappop(self._due)
             self._stuck(entity, start, offset, timestamp)
+        if not self.unfencings:
+            return
         window = self.thresholds.flapping_window_ms
+        if self._last_unfenced is None:
+            self._last_unfenced = min(recent[-1][1] for recent in self.unfencings.values())
+        if timestamp < self._last_unfenced + window:
+            return
         for broker, recent in list(self.unfencings.items()):
             if timestamp >= recent[-1][1] + window:  # a whole window without an unfencing
                 del self.unfencings[broker]
                 self._close(FLAPPING, f"broker {broker}", offset, timestamp,
                             f"{spoken_duration(window)} without an unfencing")
+        self._last_unfenced = None
 
     def _stuck(self, entity: str, start: int, offset: int, timestamp: int) -> None:
         pending = self.reassigning.get(entity)
@@ -302,6 +312,7 @@ class Anomalies:
         longer flaps."""
         broker, offset, timestamp = row["broker_id"], row["offset"], row["timestamp"]
         entity = f"broker {broker}"
+        self._last_unfenced = None
         if row["state"] == causes.UNREGISTERED:
             self.unfencings.pop(broker, None)
             self._close(FLAPPING, entity, offset, timestamp, "it was unregistered")

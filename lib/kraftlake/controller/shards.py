@@ -26,8 +26,8 @@ import pyarrow as pa
 from kraftlake.controller.anomalies import (IMBALANCE, IMBALANCE_PERCENTAGE, MIN_ISR, MIN_ISR_CONFIG, RECOVERING,
                                            Anomalies, Leadership, Place, Seen, Thresholds, min_insync_replicas)
 from kraftlake.controller.cluster_control import (ControllerState, decided_cause, quiet_until, session_timeout_ms,
-                                                  shutting_down, steady_heartbeat)
-from kraftlake.controller.decisions import Context, response
+                                                  shutting_down, stale_heartbeat, steady_heartbeat)
+from kraftlake.controller.decisions import Context, error_code, response
 from kraftlake.controller.dispatch import BROKER_REQUESTS, handle_request, merge_responses
 from kraftlake.controller.replication import altered_elsewhere
 from kraftlake.image import causes, features, partition_changes
@@ -615,26 +615,33 @@ class _Step:
         has begun, no leader-imbalance check is due and no session can have expired (``quiet``). Then a
         request that changes nothing may take a fast path (``steady``, ``elsewhere``), which must leave
         the state exactly as ``request`` would."""
-        if not self.state.in_term:
+        state = self.state
+        if not state.in_term:
             return False
         if self.rebalance:
-            due = self.state.controller.balance_due_ms
+            due = state.controller.balance_due_ms
             if due is None or now >= due:
                 return False
         quiet = self.quiet
         return quiet is not None and now <= quiet or self.quiet_at(now)
 
     def steady(self, request: dict) -> bool:
-        """The fast path of a heartbeat that changes nothing (``cluster_control.steady_heartbeat``): no
-        decision, no records, and the answer only from shard 0 (every shard answers a broker request
-        alike, and ``merged_responses`` keeps the first shard's). False, with nothing changed, when the
-        request needs ``request``."""
-        if not self.settled(request["timestamp"]):
+        """The fast path of a heartbeat that changes nothing (``cluster_control.steady_heartbeat``, or
+        ``stale_heartbeat``: refused as another incarnation's): no decision, no records, and the answer only
+        from shard 0 (every shard answers a broker request alike, and ``merged_responses`` keeps the first
+        shard's). False, with nothing changed, when the request needs ``request``."""
+        now = request["timestamp"]
+        if not self.settled(now):
             return False
-        caught_up = steady_heartbeat(self.image, self.state.controller, request["data"], request["timestamp"])
-        if caught_up is None:
-            return False
-        self.answer(request, _steady_row(request["version"], caught_up))
+        if stale_heartbeat(self.image, request["data"]):
+            row = _stale_row(request["version"])
+        else:
+            caught_up = steady_heartbeat(self.image, self.state.controller, request["data"], now)
+            if caught_up is None:
+                return False
+            row = _steady_row(request["version"], caught_up)
+        if self.unordered or self.shard == 0:  # the other shards have no answer to write
+            self.answer(request, row)
         return True
 
     def elsewhere(self, request: dict) -> bool:
@@ -897,6 +904,12 @@ def _steady_row(version: int, caught_up: bool) -> dict:
     """A steady heartbeat's answer (``cluster_control.decide_broker_heartbeat``); shared: callers copy it."""
     return _answer_row("BrokerHeartbeatRequest", version,
                        {"ErrorCode": 0, "IsCaughtUp": caught_up, "IsFenced": False, "ShouldShutDown": False})
+
+
+@cache
+def _stale_row(version: int) -> dict:
+    """The answer to a heartbeat of an unknown broker or another epoch (``cluster_control.stale_heartbeat``)."""
+    return _answer_row("BrokerHeartbeatRequest", version, {"ErrorCode": error_code("STALE_BROKER_EPOCH")})
 
 
 @cache
