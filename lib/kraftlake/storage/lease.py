@@ -137,9 +137,22 @@ class Lease:
         self.path = f"{self.root}/_leases/{job}"
         self.epoch: int | None = None  # ours, while held
         self.holder: Holder | None = None
-        self.lost: str | None = None  # why the renewals stopped, once they did
+        self._lost: str | None = None  # why the renewals stopped, once they did
+        self._renew_by: float | None = None  # while held(): the monotonic time the next renewal must end by
+        self._renewal_error: Exception | None = None  # the last renewal's failure, if it failed
         self.storage_options = None if is_local(self.root) or not storage_options else dict(storage_options)
         self._filesystem, self._base = filesystem(self.path, self.storage_options)
+
+    @property
+    def lost(self) -> str | None:
+        """Why this process must stop writing, once it must: the lease was taken over, or (in ``held()``)
+        no renewal succeeded for ``ttl_ms``. The latter is judged by the clock, not when a renewal gives
+        up: a store that does not answer holds a renewal in its client's retries for minutes, while
+        candidates take the lease over ``ttl_ms`` after the last renewal they can read."""
+        if self._lost is None and self._renew_by is not None and time.monotonic() > self._renew_by:
+            error = "" if self._renewal_error is None else f": {self._renewal_error}"
+            self._lost = f"the {self.job} lease on {self.root} could not be renewed for {self.ttl_ms} ms{error}"
+        return self._lost
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -211,13 +224,19 @@ class Lease:
             holder = Holder.this_process(self.now_ms())
             try:
                 self._commit(table, {"holder": asdict(holder)})
+                epoch = state.epoch + 1
             except CommitFailedError:
-                continue  # another candidate committed first: look again
-            self.epoch, self.holder, self.lost = state.epoch + 1, holder, None
+                # another candidate committed first, or this one did and the store's answer was lost (a
+                # connection dropped after the write: the client's retry then finds the entry taken)
+                state, _ = self.look()
+                if state.holder != holder:
+                    continue
+                epoch = state.epoch
+            self.epoch, self.holder, self._lost = epoch, holder, None
             _HELD_HERE.add((self.path, self.epoch))
             self._write_renewal(self.epoch)
             try:
-                self._filesystem.delete_file(self._renewal_file(state.epoch))  # the previous holder's
+                self._filesystem.delete_file(self._renewal_file(epoch - 1))  # the previous holder's
             except FileNotFoundError:
                 pass
             return
@@ -242,49 +261,51 @@ class Lease:
         if self.epoch is None:
             return
         try:
-            state, table = self.look()
-            if state.epoch == self.epoch and self.lost is None:
+            # a lease lost is not looked at: the store may be the reason, and would hold the stop in retries
+            state, table = self.look() if self.lost is None else (None, None)
+            if state is not None and state.epoch == self.epoch:
                 try:
                     self._commit(table, {"released": True, "by": asdict(self.holder)})
                 except CommitFailedError:
                     pass  # taken over meanwhile: nothing of ours to give up
         finally:
             _HELD_HERE.discard((self.path, self.epoch))
-            self.epoch = None
+            self.epoch, self._renew_by = None, None
 
     @contextmanager
     def held(self) -> Iterator[Lease]:
         """Acquire, renew every ``ttl_ms / 3`` in a background thread while the block runs, release.
 
-        The block must check ``lost`` now and then: the thread sets it (and stops) when the lease was
-        taken over, or when renewals kept failing (storage unreachable, disk full) for ``ttl_ms``.
+        The block must check ``lost`` now and then: it says why once the lease was taken over, or once no
+        renewal succeeded for ``ttl_ms`` (storage unreachable or not answering, disk full); the thread
+        then stops renewing.
         """
         stop = threading.Event()
 
         def renew_until_stopped() -> None:
-            last_success = time.monotonic()
-            while not stop.wait(self.ttl_ms / 3000):
+            while not stop.wait(self.ttl_ms / 3000) and self.lost is None:
+                # the renewal's time is written after this instant: candidates' expiry comes no sooner
+                attempt = time.monotonic()
                 try:
                     self.renew()
-                    last_success = time.monotonic()
+                    if not stop.is_set():
+                        self._renew_by, self._renewal_error = attempt + self.ttl_ms / 1000, None
                 except LeaseLost as exc:
-                    self.lost = str(exc)
-                    return
+                    self._lost = str(exc)
                 except Exception as exc:  # storage trouble: retried until the lease would have expired
-                    if (time.monotonic() - last_success) * 1000 >= self.ttl_ms:
-                        self.lost = f"the {self.job} lease on {self.root} could not be renewed for " \
-                                    f"{self.ttl_ms} ms: {exc}"
-                        return
+                    self._renewal_error = exc
 
         renewer = threading.Thread(target=renew_until_stopped, name=f"kraftlake-lease-{self.job}", daemon=True)
         try:  # a SIGTERM may land inside acquire() once the lease is taken: it is given back all the same
+            started = time.monotonic()
             self.acquire()
+            self._renew_by = started + self.ttl_ms / 1000
             renewer.start()
             yield self
         finally:
             stop.set()
-            if renewer.ident is not None:
-                renewer.join()
+            if renewer.ident is not None:  # one stuck in a store's retries is left to find the lease gone
+                renewer.join(self.ttl_ms / 1000)
             try:
                 self.release()
             except Exception as exc:  # the lease then expires by itself (at once for a restart on this host)
