@@ -19,6 +19,7 @@ from __future__ import annotations
 import http.client
 import json
 import random
+import re
 import socket
 import struct
 import sys
@@ -59,16 +60,25 @@ def down(request: Request) -> str:
 
 class Steady:
     """Each request meets one of ``faults`` with probability ``rate``, drawn from ``seed``: the same
-    requests in the same order meet the same faults."""
+    requests in the same order meet the same faults. ``only``: just the requests whose ``METHOD path``
+    matches this regular expression (``"^PUT .*/_delta_log/0"``: commits) meet any; ``once``: a path
+    meets one fault at most, so that the client's retry of it passes."""
 
-    def __init__(self, rate: float, seed: int, faults: tuple[str, ...] = FAULTS) -> None:
-        self.rate, self.faults = rate, faults
+    def __init__(self, rate: float, seed: int, faults: tuple[str, ...] = FAULTS, only: str = "",
+                 once: bool = False) -> None:
+        self.rate, self.faults, self.only, self.once = rate, faults, only, once
         self.random = random.Random(seed)
         self.lock = threading.Lock()
+        self.faulted: set[str] = set()
 
     def __call__(self, request: Request) -> str:
+        if not re.search(self.only, f"{request.method} {request.path}"):
+            return PASS
         with self.lock:
-            return self.random.choice(self.faults) if self.random.random() < self.rate else PASS
+            if self.once and request.path in self.faulted or self.random.random() >= self.rate:
+                return PASS
+            self.faulted.add(request.path)
+            return self.random.choice(self.faults)
 
 
 class FaultProxy:
@@ -177,7 +187,8 @@ def schedule_from(command: dict) -> Schedule:
     """The schedule a control line asks for."""
     kind = command["schedule"]
     if kind == "steady":
-        return Steady(float(command["rate"]), int(command["seed"]), tuple(command.get("faults", FAULTS)))
+        return Steady(float(command["rate"]), int(command["seed"]), tuple(command.get("faults", FAULTS)),
+                      command.get("only", ""), bool(command.get("once")))
     return {"pass": passing, "down": down}[kind]
 
 

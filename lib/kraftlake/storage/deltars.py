@@ -669,20 +669,20 @@ class DeltaRsTables:
             return self.append(name, upserts, schema, txn)
         on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
         flag = f"s.`{_DELETE_FLAG}`"
-        (
-            table.merge(
-                source,
-                on,
-                source_alias="s",
-                target_alias="t",
-                merge_schema=True,
-                commit_properties=self._commit_properties(txn),
-            )
+        merge = (
+            table.merge(source, on, source_alias="s", target_alias="t", merge_schema=True,
+                        commit_properties=self._commit_properties(txn))
             .when_matched_delete(predicate=flag)
             .when_matched_update_all(predicate=f"NOT {flag}", except_cols=[_DELETE_FLAG])
             .when_not_matched_insert_all(predicate=f"NOT {flag}", except_cols=[_DELETE_FLAG])
-            .execute()
         )
+        try:
+            merge.execute()
+        except CommitFailedError:
+            # on an object store, a commit whose answer was lost (the connection dropped after the put) is
+            # retried by the store's client, finds its own entry there and fails as a conflict with it
+            if not self._already_committed(name, txn):
+                raise
         return True
 
     def read_arrow(self, name: str, columns: list[str] | None = None, filter: pc.Expression | None = None) -> pa.Table:
