@@ -101,8 +101,8 @@ def filesystem(uri: str, storage_options: StorageOptions = None) -> tuple[pafs.F
     """A pyarrow filesystem and the path in it for a local path or a URI, for what delta-rs does not do
     (listing the warehouse, a checkpoint's files, the lease's renewals). ``s3://`` and Hadoop's ``s3a://``
     name the same objects; they reach the endpoint with the credentials of delta-rs' storage options, so
-    one set of ``kraftlake.storage.*`` settings serves both, ``max_retries`` included: pyarrow's own
-    default (3 attempts) gave up on a store that delta-rs' client rode through."""
+    one set of ``kraftlake.storage.*`` settings serves both, ``max_retries`` included (pyarrow's own
+    default is 3 attempts, against delta-rs' 11)."""
     parsed = urlparse(uri)
     if parsed.scheme in ("s3", "s3a"):
         options = storage_options or {}
