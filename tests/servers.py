@@ -7,6 +7,7 @@ same process group, so stopping a worker's group stops its executors and their P
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -112,16 +113,17 @@ class S3Server:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def storage_options(self) -> dict[str, str]:
-        return {"aws_endpoint_url": self.endpoint, "aws_access_key_id": ACCESS_KEY,
+    def storage_options(self, endpoint: str | None = None) -> dict[str, str]:
+        """Options reaching this server, or the same objects through ``endpoint`` (a proxy in front of it)."""
+        return {"aws_endpoint_url": endpoint or self.endpoint, "aws_access_key_id": ACCESS_KEY,
                 "aws_secret_access_key": SECRET_KEY, "aws_region": REGION, "aws_allow_http": "true"}
 
-    def settings(self) -> dict[str, str]:
+    def settings(self, endpoint: str | None = None) -> dict[str, str]:
         """The same as ``kraftlake.storage.*`` settings, for a --conf-file."""
-        return {f"kraftlake.storage.{k}": v for k, v in self.storage_options().items()}
+        return {f"kraftlake.storage.{k}": v for k, v in self.storage_options(endpoint).items()}
 
-    def conf_file(self, path: Path) -> Path:
-        path.write_text("".join(f"{k}={v}\n" for k, v in self.settings().items()))
+    def conf_file(self, path: Path, endpoint: str | None = None) -> Path:
+        path.write_text("".join(f"{k}={v}\n" for k, v in self.settings(endpoint).items()))
         return path
 
     def bucket(self) -> str:
@@ -133,6 +135,45 @@ class S3Server:
     def statuses(self) -> list[int]:
         """HTTP statuses answered so far, from the server's request log."""
         return [int(s) for s in re.findall(r'" (\d{3}) ', self.log.read_text(errors="replace"))]
+
+    def stop(self) -> None:
+        stop(self.process)
+
+
+@dataclass
+class FaultProxyServer:
+    """``tests/fault_proxy.py`` in front of an ``S3Server``: clients given ``endpoint`` meet the faults its
+    schedule deals (``schedule(...)``)."""
+
+    process: subprocess.Popen
+    port: int
+
+    @classmethod
+    def start(cls, store: S3Server, folder: Path, delay_s: float = 1.0) -> FaultProxyServer:
+        log = folder / "fault-proxy.log"
+        process = subprocess.Popen([sys.executable, str(TESTS / "fault_proxy.py"), str(store.port), str(delay_s)],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log.open("wb"),
+                                   start_new_session=True, text=True)
+        line = process.stdout.readline()
+        assert line.strip().isdigit(), f"the fault proxy did not start:\n{log.read_text()[-3000:]}"
+        return cls(process, int(line))
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def schedule(self, kind: str, **settings: object) -> dict[str, int]:
+        """Deal faults by the schedule ``kind`` from now on (``fault_proxy.schedule_from``); the faults
+        dealt so far, by kind."""
+        return self._ask({"schedule": kind, **settings})
+
+    def seen(self) -> dict[str, int]:
+        return self._ask({})
+
+    def _ask(self, command: dict) -> dict[str, int]:
+        self.process.stdin.write(json.dumps(command) + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())
 
     def stop(self) -> None:
         stop(self.process)

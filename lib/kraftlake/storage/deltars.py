@@ -46,6 +46,10 @@ WRITER = WriterProperties(max_row_group_size=ROW_GROUP_ROWS)
 # The string column a stream's ``json_payload`` columns are folded into (``Warehouse.read_stream``).
 PAYLOAD = "payload"
 
+# Retries of a request the store failed (5xx, a dropped connection, a timeout): object_store's default,
+# which delta-rs uses unless ``max_retries`` is among the storage options; ``filesystem`` follows it.
+OBJECT_STORE_RETRIES = 10
+
 # Commits an append makes before giving up when other writers keep committing first (each loss costs
 # one small log read; losing this often means the table is written in a tight loop by someone else).
 COMMIT_ATTEMPTS = 100
@@ -95,9 +99,10 @@ def _option(options: Mapping[str, str], *names: str) -> str | None:
 
 def filesystem(uri: str, storage_options: StorageOptions = None) -> tuple[pafs.FileSystem, str]:
     """A pyarrow filesystem and the path in it for a local path or a URI, for what delta-rs does not do
-    (listing the warehouse, a checkpoint's files). ``s3://`` and Hadoop's ``s3a://`` name the same
-    objects; they reach the endpoint with the credentials of delta-rs' storage options, so one set of
-    ``kraftlake.storage.*`` settings serves both."""
+    (listing the warehouse, a checkpoint's files, the lease's renewals). ``s3://`` and Hadoop's ``s3a://``
+    name the same objects; they reach the endpoint with the credentials of delta-rs' storage options, so
+    one set of ``kraftlake.storage.*`` settings serves both, ``max_retries`` included (pyarrow's own
+    default is 3 attempts, against delta-rs' 11)."""
     parsed = urlparse(uri)
     if parsed.scheme in ("s3", "s3a"):
         options = storage_options or {}
@@ -108,7 +113,9 @@ def filesystem(uri: str, storage_options: StorageOptions = None) -> tuple[pafs.F
             session_token=_option(options, "aws_session_token", "session_token", "token"),
             region=_option(options, "aws_region", "region") or "us-east-1",
             endpoint_override=None if endpoint is None else urlparse(endpoint).netloc or endpoint,
-            scheme="http" if endpoint is not None and endpoint.startswith("http://") else "https")
+            scheme="http" if endpoint is not None and endpoint.startswith("http://") else "https",
+            retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1 + int(_option(options, "max_retries")
+                                                                                 or OBJECT_STORE_RETRIES)))
         return s3, f"{parsed.netloc}{parsed.path}".rstrip("/")
     path = local_path(uri)
     return pafs.FileSystem.from_uri(uri) if path is None else (pafs.LocalFileSystem(), path)
@@ -677,20 +684,20 @@ class DeltaRsTables:
             return self.append(name, upserts, schema, txn)
         on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
         flag = f"s.`{_DELETE_FLAG}`"
-        (
-            table.merge(
-                source,
-                on,
-                source_alias="s",
-                target_alias="t",
-                merge_schema=True,
-                commit_properties=self._commit_properties(txn),
-            )
+        merge = (
+            table.merge(source, on, source_alias="s", target_alias="t", merge_schema=True,
+                        commit_properties=self._commit_properties(txn))
             .when_matched_delete(predicate=flag)
             .when_matched_update_all(predicate=f"NOT {flag}", except_cols=[_DELETE_FLAG])
             .when_not_matched_insert_all(predicate=f"NOT {flag}", except_cols=[_DELETE_FLAG])
-            .execute()
         )
+        try:
+            merge.execute()
+        except CommitFailedError:
+            # on an object store, a commit whose answer was lost (the connection dropped after the put) is
+            # retried by the store's client, finds its own entry there and fails as a conflict with it
+            if not self._already_committed(name, txn):
+                raise
         return True
 
     def read_arrow(self, name: str, columns: list[str] | None = None, filter: pc.Expression | None = None) -> pa.Table:

@@ -32,17 +32,20 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
-from deltalake.exceptions import CommitFailedError
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from kraftlake.storage.deltars import StorageOptions, filesystem, is_local, normalize_root
 
 _KEY = "kraftlake.lease"  # the commit-info entry holding an acquisition or release
 _SCHEMA = pa.schema([pa.field("epoch", pa.int64())])  # a Delta table needs a column; it never gets a row
 ACQUIRE_ATTEMPTS = 5  # races lost to other candidates before giving up (each loss means someone else holds it)
+# Attempts at one read or write of a renewal file on an object store (``_retried``), 0.1 s apart, doubling
+STORE_ATTEMPTS = 6
+T = TypeVar("T")
 # The leases (path, epoch) a Lease object of this process holds: a lease whose holder is this process
 # but that no object holds any more (its release failed, e.g. on a full disk) is free to this process.
 _HELD_HERE: set[tuple[str, int]] = set()
@@ -137,44 +140,89 @@ class Lease:
         self.path = f"{self.root}/_leases/{job}"
         self.epoch: int | None = None  # ours, while held
         self.holder: Holder | None = None
-        self.lost: str | None = None  # why the renewals stopped, once they did
+        self._lost: str | None = None  # why the renewals stopped, once they did
+        self._renew_by: float | None = None  # while held(): the monotonic time the next renewal must end by
+        self._renewal_error: Exception | None = None  # the last renewal's failure, if it failed
         self.storage_options = None if is_local(self.root) or not storage_options else dict(storage_options)
         self._filesystem, self._base = filesystem(self.path, self.storage_options)
+
+    @property
+    def lost(self) -> str | None:
+        """Why this process must stop writing, once it must: the lease was taken over, or (in ``held()``)
+        no renewal succeeded for ``ttl_ms``. The latter is judged by the clock, not when a renewal gives
+        up: a store that does not answer holds a renewal in its client's retries for minutes, while
+        candidates take the lease over ``ttl_ms`` after the last renewal they can read."""
+        if self._lost is None and self._renew_by is not None and time.monotonic() > self._renew_by:
+            error = "the store has not answered the renewal" if self._renewal_error is None else self._renewal_error
+            self._lost = f"the {self.job} lease on {self.root} could not be renewed for {self.ttl_ms} ms: {error}"
+        return self._lost
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
 
     # ---------------------------------------------------------------------------------- looking
+    # Neither DeltaTable.is_deltatable nor DeltaTable.history here: delta-rs holds the interpreter's lock in
+    # them while the store answers (and while its client retries), which stalls the renewal thread of a
+    # holder whose main thread waits on a slow store (measured: 4.2 s of a 12.4 s history() behind a proxy
+    # answering every request 2 s late; opening the table and pyarrow's reads let other threads run).
     def _table(self) -> DeltaTable:
-        if not DeltaTable.is_deltatable(self.path, storage_options=self.storage_options):
-            try:  # no retry: a creator that lost the race would commit a second creation on top
-                DeltaTable.create(self.path, _SCHEMA, mode="ignore",
-                                  commit_properties=CommitProperties(max_commit_retries=0),
-                                  storage_options=self.storage_options)
-            except CommitFailedError:  # another candidate created it first
-                pass
+        try:
+            return DeltaTable(self.path, storage_options=self.storage_options)
+        except TableNotFoundError:
+            pass
+        try:  # no retry: a creator that lost the race would commit a second creation on top
+            DeltaTable.create(self.path, _SCHEMA, mode="ignore", commit_properties=CommitProperties(max_commit_retries=0),
+                              storage_options=self.storage_options)
+        except CommitFailedError:  # another candidate created it first
+            pass
         return DeltaTable(self.path, storage_options=self.storage_options)
+
+    def _commit_info(self, version: int) -> dict:
+        """The commit info of ``version``, from its entry in the Delta log."""
+        def read() -> bytes:
+            with self._filesystem.open_input_stream(f"{self._base}/_delta_log/{version:020d}.json") as stream:
+                return stream.read()
+
+        actions = [json.loads(line) for line in self._retried(read).splitlines() if line.strip()]
+        return next((action["commitInfo"] for action in actions if "commitInfo" in action), {})
 
     def look(self) -> tuple[LeaseState, DeltaTable]:
         """The lease as its latest commit says, and the table to commit the next one on (which fails if
         anyone committed after the version looked at)."""
         table = self._table()
         epoch = table.version()
-        # history(1) may hold the commit before too (delta-rs 1.6): take the loaded version's own
-        latest = next(entry for entry in table.history(1) if entry["version"] == epoch)
+        latest = self._commit_info(epoch)
         decoded = json.loads(latest[_KEY]) if _KEY in latest else {"released": True}
         if decoded.get("released"):
             return LeaseState(epoch, None, None), table
         holder = Holder(**decoded["holder"])
         return LeaseState(epoch, holder, self._renewed(epoch)), table
 
+    def _retried(self, action: Callable[[], T]) -> T:
+        """``action()`` (a pyarrow filesystem call), tried again when an object store failed it: pyarrow's
+        S3 client gives up at once on some dropped connections (a GET whose answer never came ends in
+        INTERNAL_FAILURE), and a renewal that could not be read must not pass for one never written."""
+        for attempt in range(STORE_ATTEMPTS - 1):
+            try:
+                return action()
+            except FileNotFoundError:
+                raise
+            except OSError:
+                if is_local(self.root):
+                    raise
+                time.sleep(0.1 * 2 ** attempt)
+        return action()
+
     def _renewal_file(self, epoch: int) -> str:
         return f"{self._base}/_renewed/{epoch}.json"
 
     def _renewed(self, epoch: int) -> int | None:
-        try:
+        def read() -> bytes:
             with self._filesystem.open_input_stream(self._renewal_file(epoch)) as stream:
-                return int(json.loads(stream.read())["renewed_ms"])
+                return stream.read()
+
+        try:
+            return int(json.loads(self._retried(read))["renewed_ms"])
         except (FileNotFoundError, ValueError, KeyError):  # not renewed yet, or caught mid-write
             return None
 
@@ -196,11 +244,15 @@ class Lease:
 
     def _write_renewal(self, epoch: int) -> None:
         folder = f"{self._base}/_renewed"
-        self._filesystem.create_dir(folder, recursive=True)
         partial = f"{folder}/.{epoch}.json.{os.getpid()}"
-        with self._filesystem.open_output_stream(partial) as stream:
-            stream.write(json.dumps({"renewed_ms": self.now_ms()}).encode())
-        self._filesystem.move(partial, self._renewal_file(epoch))
+
+        def write() -> None:
+            self._filesystem.create_dir(folder, recursive=True)
+            with self._filesystem.open_output_stream(partial) as stream:
+                stream.write(json.dumps({"renewed_ms": self.now_ms()}).encode())
+            self._filesystem.move(partial, self._renewal_file(epoch))
+
+        self._retried(write)
 
     def acquire(self) -> None:
         """Take the lease, or raise ``LeaseHeld`` naming the process that holds it."""
@@ -211,13 +263,19 @@ class Lease:
             holder = Holder.this_process(self.now_ms())
             try:
                 self._commit(table, {"holder": asdict(holder)})
+                epoch = state.epoch + 1
             except CommitFailedError:
-                continue  # another candidate committed first: look again
-            self.epoch, self.holder, self.lost = state.epoch + 1, holder, None
+                # another candidate committed first, or this one did and the store's answer was lost (a
+                # connection dropped after the write: the client's retry then finds the entry taken)
+                state, _ = self.look()
+                if state.holder != holder:
+                    continue
+                epoch = state.epoch
+            self.epoch, self.holder, self._lost = epoch, holder, None
             _HELD_HERE.add((self.path, self.epoch))
             self._write_renewal(self.epoch)
-            try:
-                self._filesystem.delete_file(self._renewal_file(state.epoch))  # the previous holder's
+            try:  # the previous holder's
+                self._retried(lambda: self._filesystem.delete_file(self._renewal_file(epoch - 1)))
             except FileNotFoundError:
                 pass
             return
@@ -242,50 +300,55 @@ class Lease:
         if self.epoch is None:
             return
         try:
-            state, table = self.look()
-            if state.epoch == self.epoch and self.lost is None:
+            # a lease lost is not looked at: the store may be the reason, and would hold the stop in retries
+            state, table = self.look() if self.lost is None else (None, None)
+            if state is not None and state.epoch == self.epoch:
                 try:
                     self._commit(table, {"released": True, "by": asdict(self.holder)})
                 except CommitFailedError:
                     pass  # taken over meanwhile: nothing of ours to give up
         finally:
             _HELD_HERE.discard((self.path, self.epoch))
-            self.epoch = None
+            self.epoch, self._renew_by = None, None
 
     @contextmanager
     def held(self) -> Iterator[Lease]:
         """Acquire, renew every ``ttl_ms / 3`` in a background thread while the block runs, release.
 
-        The block must check ``lost`` now and then: the thread sets it (and stops) when the lease was
-        taken over, or when renewals kept failing (storage unreachable, disk full) for ``ttl_ms``.
+        The block must check ``lost`` now and then: it says why once the lease was taken over, or once no
+        renewal succeeded for ``ttl_ms`` (storage unreachable or not answering, disk full); the thread
+        then stops renewing.
         """
         stop = threading.Event()
 
         def renew_until_stopped() -> None:
-            last_success = time.monotonic()
-            while not stop.wait(self.ttl_ms / 3000):
+            while not stop.wait(self.ttl_ms / 3000) and self.lost is None:
+                # the renewal's time is written after this instant: candidates' expiry comes no sooner
+                attempt = time.monotonic()
                 try:
                     self.renew()
-                    last_success = time.monotonic()
+                    if not stop.is_set():
+                        self._renew_by, self._renewal_error = attempt + self.ttl_ms / 1000, None
                 except LeaseLost as exc:
-                    self.lost = str(exc)
-                    return
+                    self._lost = str(exc)
                 except Exception as exc:  # storage trouble: retried until the lease would have expired
-                    if (time.monotonic() - last_success) * 1000 >= self.ttl_ms:
-                        self.lost = f"the {self.job} lease on {self.root} could not be renewed for " \
-                                    f"{self.ttl_ms} ms: {exc}"
-                        return
+                    self._renewal_error = exc
 
         renewer = threading.Thread(target=renew_until_stopped, name=f"kraftlake-lease-{self.job}", daemon=True)
         try:  # a SIGTERM may land inside acquire() once the lease is taken: it is given back all the same
+            started = time.monotonic()
             self.acquire()
+            self._renew_by = started + self.ttl_ms / 1000
             renewer.start()
             yield self
         finally:
             stop.set()
-            if renewer.ident is not None:
-                renewer.join()
+            if renewer.ident is not None:  # one stuck in a store's retries is left to find the lease gone
+                renewer.join(self.ttl_ms / 1000)
             try:
                 self.release()
             except Exception as exc:  # the lease then expires by itself (at once for a restart on this host)
-                print(f"[lease] could not release the {self.job} lease on {self.root}: {exc}", file=sys.stderr)
+                # one line: an object store's error chains its causes over many, which the job's own error says
+                print(f"[lease] could not release the {self.job} lease on {self.root}: {str(exc).splitlines()[0]}; "
+                      f"it expires {self.ttl_ms} ms after its last renewal, at once for a restart on this host",
+                      file=sys.stderr)
