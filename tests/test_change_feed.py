@@ -25,6 +25,7 @@ from kraftlake.metadata.tables import (CHANGE_DATA_FEED, FORMAT_PROPERTY, table_
                                        table_properties, table_role, tables_of)
 from kraftlake.storage import Warehouse
 from kraftlake.storage.deltars import DeltaRsTables, NoChangeData, change_data_from, changes
+from kraftlake.storage.tables import rows_to_arrow
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -218,3 +219,40 @@ def test_the_change_feed_reaches_spark_once_in_batch_and_stream_across_restarts(
     code, out, err = alerts(capsys, root, "--where", "true")
     assert (code, out) == (1, "")
     assert "was created again after this stream began reading it" in err
+
+
+def episode(kind: str, entity: str, start: int, end: int | None = None, **more: object) -> dict:
+    """An anomalies row as the controller's sink writes one (times in ms, as its rows carry them)."""
+    return {"kind": kind, "entity": entity, "broker_id": None, "topic": None, "topic_id": None, "partition": None,
+            "start_offset": start, "start_time": 1_763_580_000_000 + start, "end_offset": end,
+            "end_time": None if end is None else 1_763_580_000_000 + end, "cause": "fenced", "cause_offset": start,
+            "cause_type": "FenceBrokerRecord", "detail": f"{kind} of {entity}", **more}
+
+
+def test_the_alerts_recipe_says_each_new_anomaly_once_and_not_its_end(
+        spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    root = tmp_path / "warehouse"
+    tables = DeltaRsTables(str(root))
+    schema, keys = table_arrow_schema("anomalies"), list(table_keys("anomalies"))
+    offline = episode("offline_partition", "orders-3", 7, topic="orders", partition=3)
+    tables.upsert("anomalies", rows_to_arrow("anomalies", [offline, episode("broker_flapping", "broker 2", 9,
+                                                                              broker_id=2)]),
+                  keys, schema, ("sink", 0))
+
+    def said() -> list[str]:  # the job as the docs run it: no --table, no --where
+        code = alerts_job.main(["--warehouse", str(root), "--once"])
+        out, _ = capsys.readouterr()
+        assert code == 0
+        return out.splitlines()
+
+    first = said()
+    assert sorted(line.split(" kind=")[1].split(" ")[0] for line in first) == ["broker_flapping", "offline_partition"]
+    assert all(" anomalies insert " in line for line in first)
+    # the offline partition gets its leader back (its episode closed) and a new episode opens: only the new one
+    tables.upsert("anomalies", rows_to_arrow("anomalies", [{**offline, "end_offset": 12,
+                                                            "end_time": 1_763_580_000_012},
+                                                           episode("under_min_isr", "orders-4", 12)]),
+                  keys, schema, ("sink", 1))
+    then = said()
+    assert len(then) == 1 and " kind=under_min_isr entity=orders-4 " in then[0] and " start_offset=12 " in then[0], then
+    assert said() == []  # nothing new: nothing said

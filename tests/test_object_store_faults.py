@@ -179,6 +179,13 @@ def test_a_holder_cut_off_from_the_store_loses_the_lease_after_ttl_and_it_is_tak
         holder.wait(30)
 
 
+# About 4.5 minutes (two controller starts through spark-submit.sh, retries, a store down until the client
+# gives up): more than the suite's budget allows, so it runs when asked, like the benchmarks.
+LONG = os.environ.get("KRAFTLAKE_LONG_TESTS") == "1"
+
+
+@pytest.mark.skipif(not LONG, reason="a 4.5-minute controller run through the fault proxy: KRAFTLAKE_LONG_TESTS=1 "
+                                     "runs it (docs/deployment.md#when-the-store-fails has its last result)")
 def test_a_controller_rides_through_faults_stops_in_one_line_when_the_store_stays_down_and_ends_exact(
         s3_server, proxy: FaultProxyServer, tmp_path: Path) -> None:  # noqa: ANN001
     """One controller run under a steady rate of every fault until the store goes down mid-run, then a

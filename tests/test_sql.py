@@ -84,8 +84,8 @@ def test_stdin_statements_run_in_one_session(spark, logged, fixtures_dir, monkey
     assert captured.out.splitlines() == [f'{{"kinds": {len(record_counts(fixtures_dir))}}}']
     assert captured.err.strip().splitlines() == [
         f"sql: stdin:4: no table or view `kinds_typo` in {logged} (its tables: metadata_log, quorum_files, "
-        "rejected; its views: describe, reassignments, quorum_history, brokers_decoded, configs_decoded, "
-            "partitions_decoded, partition_history_decoded, cluster)"]
+        "rejected; its views: describe, reassignments, open_anomalies, quorum_history, brokers_decoded, "
+        "configs_decoded, partitions_decoded, partition_history_decoded, cluster)"]
 
 
 def test_a_table_the_controller_has_not_written_names_the_job_that_writes_it(spark, logged, capsys) -> None:

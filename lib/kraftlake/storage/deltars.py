@@ -649,7 +649,9 @@ class DeltaRsTables:
         A table with two writers (``anomalies``: the controller query and the quorum query, each MERGE-ing
         its own kinds) may see the other commit between its read and its commit: the MERGE that lost is done
         again on the new version, ``txn`` checked again first. Their keys are disjoint, so redoing it
-        changes nothing the winner wrote.
+        changes nothing the winner wrote. The same check finds a commit of ours whose answer was lost on an
+        object store (the connection dropped after the put: the client's retry meets our own entry and
+        fails as a conflict with it): the MERGE is done, nothing is redone.
         """
         for _ in range(COMMIT_ATTEMPTS):
             if self._already_committed(name, txn):
@@ -691,13 +693,7 @@ class DeltaRsTables:
             .when_matched_update_all(predicate=f"NOT {flag}", except_cols=[_DELETE_FLAG])
             .when_not_matched_insert_all(predicate=f"NOT {flag}", except_cols=[_DELETE_FLAG])
         )
-        try:
-            merge.execute()
-        except CommitFailedError:
-            # on an object store, a commit whose answer was lost (the connection dropped after the put) is
-            # retried by the store's client, finds its own entry there and fails as a conflict with it
-            if not self._already_committed(name, txn):
-                raise
+        merge.execute()
         return True
 
     def read_arrow(self, name: str, columns: list[str] | None = None, filter: pc.Expression | None = None) -> pa.Table:
