@@ -283,6 +283,8 @@ def failure_message(name: str, error: str, checkpoint: str) -> str:
         return f"the {name} query failed: {error}"
     local = filesystem(checkpoint)[1]
     files = damaged_files(checkpoint) or sorted(set(re.findall(re.escape(local) + r"/[^\s:;,'\"()\[\]]+", error)))
+    # a hidden .tmp file is a write the failure interrupted (another task's state store), not the damage
+    files = [f for f in files if not (f.rsplit("/", 1)[-1].startswith(".") and f.endswith(".tmp"))]
     where = ", ".join(files) if files else \
         f"a file it reads back (Spark does not say which, and no file under {checkpoint} fails its checksum)"
     return (f"the {name} query cannot continue from its checkpoint: {where} is damaged "
