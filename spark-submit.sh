@@ -2,10 +2,10 @@
 # Run a kraftlake job with the project's own pinned Spark (.venv), from any directory.
 #
 # Usage: ./spark-submit.sh [spark-submit options] jobs/X.py [job args]
-#   ./spark-submit.sh jobs/controller.py --warehouse W                      # local[*], no services
+#   ./spark-submit.sh jobs/controller.py --warehouse W                      # local[*,4], no services
 #   ./spark-submit.sh --master spark://host:7077 --conf spark.x=y jobs/sql.py --warehouse W "SELECT 1"
 #
-# Options before the job go to spark-submit unchanged. Added for you: --master local[*] (unless
+# Options before the job go to spark-submit unchanged. Added for you: --master local[*,4] (unless
 # you chose a master), --py-files build/kraftlake-<content hash>.zip (merged with yours), PYSPARK_PYTHON /
 # PYSPARK_DRIVER_PYTHON = the venv's python (unless set), PYTHONPATH += lib, and a WARN-level
 # conf/log4j2.properties (unless you pass driver Java options yourself). Jobs that need no Spark (dump,
@@ -168,8 +168,10 @@ done
 
 extra=()
 if ! $have_master && [[ -z "${MASTER:-}" ]]; then
-    extra+=(--master 'local[*]')
-    master='local[*]'
+    # local[N,F]: a failed task is retried (F attempts in all), as spark.task.maxFailures does on a cluster;
+    # plain local[*] gives every task one attempt, so one transient failure ends a streaming query.
+    extra+=(--master 'local[*,4]')
+    master='local[*,4]'
 fi
 if [[ "$master" == local* ]]; then
     # Local mode talks to nobody: Spark's web UI (when enabled) binds SPARK_LOCAL_IP, else every interface;

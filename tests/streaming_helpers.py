@@ -286,13 +286,23 @@ def run_controller(warehouse: Warehouse, checkpoint: Path, shards: int, max_reco
 
 def controller_command(warehouse: Path, batch: int) -> list[str]:
     return [sys.executable, "jobs/controller.py", "--warehouse", str(warehouse), "--once",
-            "--max-records-per-batch", str(batch), "--shards", "2", "--override", "spark.master=local[1]",
+            "--max-records-per-batch", str(batch), "--shards", "2", "--override", "spark.master=local[1,4]",
             "--override", "spark.sql.shuffle.partitions=2"]
 
 
 def controller_env() -> dict[str, str]:
     path = os.pathsep.join(p for p in [str(REPO_ROOT / "lib"), os.environ.get("PYTHONPATH")] if p)
     return {**os.environ, "PYTHONPATH": path, "PYSPARK_PYTHON": sys.executable}
+
+
+def why_failed(output: str, tail: int = 1500) -> str:
+    """A failed job's output cut to what explains it: Spark's plan dumps can fill the whole tail, so the first
+    lines naming an exception (with their causes) come first, then the end of the output."""
+    lines = output.splitlines()
+    causes = [i for i, line in enumerate(lines)
+              if ("Exception" in line or "Error" in line) and not line.startswith((" ", "\t", "+-", ":"))]
+    picked = [line[:400] for i in causes[:6] for line in lines[i:i + 3]]
+    return "\n".join(["first exceptions:", *picked, "", f"last {tail} characters:", output[-tail:]])
 
 
 def kill_controller_when(command: list[str], ready: Callable[[], bool], log: Path,
@@ -304,10 +314,10 @@ def kill_controller_when(command: list[str], ready: Callable[[], bool], log: Pat
                                    start_new_session=True)
         try:
             assert wait_for(lambda: ready() or process.poll() is not None, 180) and process.poll() is None, (
-                f"expected the controller to be running (exit {process.poll()}):\n{log.read_text()[-4000:]}")
+                f"expected the controller to be running (exit {process.poll()}):\n{why_failed(log.read_text())}")
             if aim is not None:
                 wait_for(lambda: aim() or process.poll() is not None, 10)
-                assert process.poll() is None, f"the controller finished before the kill:\n{log.read_text()[-4000:]}"
+                assert process.poll() is None, f"the controller finished before the kill:\n{why_failed(log.read_text())}"
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(30)
         finally:

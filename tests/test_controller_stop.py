@@ -45,7 +45,7 @@ class Run:
         self.warehouse, self.log = warehouse, log
         self.checkpoint = warehouse / "_checkpoints" / "controller"
         environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        self.process = start(["./spark-submit.sh", "--master", "local[2]", "jobs/controller.py",
+        self.process = start(["./spark-submit.sh", "--master", "local[2,4]", "jobs/controller.py",
                               "--warehouse", str(warehouse), "--shards", str(SHARDS), "--no-progress",
                               "--override", "kraftlake.controller.trigger.interval.ms=100",
                               "--override", f"kraftlake.controller.max.records.per.batch={BATCH}",

@@ -435,7 +435,7 @@ def test_sigterm_to_the_launcher_of_a_spark_job_leaves_no_driver_behind(tmp_path
     ingest_source(tables, str(log_dir))
     log = tmp_path / "controller.log"
     environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    launcher = start(["./spark-submit.sh", "--master", "local[1]", job("controller"), "--warehouse", str(warehouse),
+    launcher = start(["./spark-submit.sh", "--master", "local[1,4]", job("controller"), "--warehouse", str(warehouse),
                       "--override", "kraftlake.controller.trigger.interval.ms=200",
                       "--override", "spark.sql.shuffle.partitions=2"], log, environment, cwd=REPO_ROOT)
     try:

@@ -19,7 +19,7 @@ from kraftlake.raft.node import LEADER
 from kraftlake.storage import Warehouse
 from kraftlake.storage.tables import rows_to_events
 from streaming_helpers import (REPO_ROOT, committed_batches, controller_command, controller_env, kill_controller_when,
-                               plain, run_controller, sorted_rows)
+                               plain, run_controller, sorted_rows, why_failed)
 
 CFG = SimConfig(voters=3, observers=2, alter_every_ms=1500, crash_every_ms=3000, resign_every_ms=4000)
 TABLES = ("quorum_state", "quorum_replicas", "quorum_events", "anomalies")
@@ -150,7 +150,7 @@ def test_sigkill_mid_run_then_restart_keeps_the_quorum_tables_exact(spark, tmp_p
     # the rest in larger micro-batches: the batch cut short is re-run as planned, then come the larger ones
     restarted = subprocess.run(controller_command(killed, 1000), cwd=REPO_ROOT, env=controller_env(),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-    assert restarted.returncode == 0, restarted.stdout[-3000:]
+    assert restarted.returncode == 0, why_failed(restarted.stdout)
     assert len(committed_batches(checkpoint)) > len(done_at_kill)
     assert normalised(table_rows(warehouse)) == expected, f"killed after quorum batch {done_at_kill[-1]}"
 

@@ -48,6 +48,7 @@ from streaming_helpers import (
     reference_tables,
     run_controller,
     simulated_requests,
+    why_failed,
     warehouse_decisions,
     warehouse_tables,
     write_jsonl,
@@ -295,7 +296,7 @@ def test_sigkill_mid_run_twice_then_restart_ends_as_an_uninterrupted_run(spark: 
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     finished = "\ncontroller: brokers" in restarted.stdout
     assert finished and committed_offset(checkpoint) == len(log.events) - 1, (
-        f"the restarted controller did not finish (exit {restarted.returncode}):\n{restarted.stdout[-4000:]}")
+        f"the restarted controller did not finish (exit {restarted.returncode}):\n{why_failed(restarted.stdout)}")
 
     warehouse = Warehouse(str(killed), spark=spark)
     after_crash = warehouse_tables(warehouse)
@@ -304,7 +305,7 @@ def test_sigkill_mid_run_twice_then_restart_ends_as_an_uninterrupted_run(spark: 
     history = [(r["applied_offset"], r["topic_id"], r["partition"]) for r in after_crash["partition_history"]]
     assert len(history) == len(set(history)), "partition_history has duplicate rows"
     assert len({r["offset"] for r in after_crash["rejected"]}) == len(after_crash["rejected"]) == len(log.invalid)
-    assert restarted.returncode == 0, f"the restarted controller failed:\n{restarted.stdout[-4000:]}"
+    assert restarted.returncode == 0, f"the restarted controller failed:\n{why_failed(restarted.stdout)}"
 
 
 def after(seconds: float) -> Callable[[], bool]:

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 __all__ = ["get_spark"]
 
 LOOPBACK = "127.0.0.1"
+# Local mode gives a task one attempt unless the master says otherwise (local[N,F]); a cluster retries it
+# spark.task.maxFailures (4) times. A transient task failure (seen: two queries' first tasks failing to
+# deserialise together) must not end a streaming job on a laptop when it would not on a cluster.
+LOCAL_MASTER = "local[*,4]"
 LOCAL_ADDRESSES = ("spark.driver.bindAddress", "spark.driver.host")
 
 
@@ -27,7 +31,7 @@ def get_spark(config: Config, app_name: str) -> SparkSession:
     """The job's session: an already active one as it is, else a new one built from ``config``.
 
     An active session belongs to whoever made it (the test suite, a notebook), so it is not
-    reconfigured. Without any master (``python jobs/x.py``) the job runs in ``local[*]``.
+    reconfigured. Without any master (``python jobs/x.py``) the job runs in ``LOCAL_MASTER``.
     """
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
@@ -60,9 +64,9 @@ def get_spark(config: Config, app_name: str) -> SparkSession:
     if submitted_name in (None, "pyspark-shell", os.path.basename(sys.argv[0] or "")):
         builder = builder.appName(app_name)
     if not submitted.contains("spark.master"):
-        builder = builder.master("local[*]")
+        builder = builder.master(LOCAL_MASTER)
     settings = dict(config.subset("spark."))
-    if submitted.get("spark.master", "local[*]").startswith("local"):
+    if submitted.get("spark.master", LOCAL_MASTER).startswith("local"):
         # Local mode talks to nobody else: its driver (RPC and block manager, unauthenticated by default)
         # listens on loopback, not on every interface, unless the user sets these.
         for key in LOCAL_ADDRESSES:
