@@ -228,7 +228,8 @@ def _decode_value(batch: RecordBatch, record: batches.Record) -> tuple[str, int,
     spec = schemas.metadata_by_api_key.get(api_key)
     if spec is None:
         raise LookupError(f"unknown metadata record api key {api_key}")
-    return spec.name, version, decode_message(spec, version, memoryview(record.value)[reader.pos:])
+    # positions in a message's errors count from its own first byte
+    return spec.name, version, decode_message(spec, version, record.value[reader.pos:])
 
 
 def decode_buffer(buf: bytes | memoryview, source: str, first_offset: int | None = None,
