@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
+import time
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
@@ -25,6 +27,8 @@ from kraftlake.codec.logdir import MappedFile, batch_items, file_batches
 from kraftlake.metadata.rejections import Item, Rejection
 from kraftlake.metadata.tables import metadata_log_schema
 from kraftlake.storage.tables import compact_events
+
+ORPHAN_POLL_S = 0.5  # how often a worker looks whether the ingest that started it is still there
 
 # A piece decoded: its events as one metadata_log batch (``compact_events``: ``widen`` gives the whole
 # schema), and the rejections among them, each with the number of the piece's events before it.
@@ -44,7 +48,18 @@ def pool(workers: int) -> ProcessPoolExecutor:
     """Workers forked from the ingest's process. Started fresh (spawn, forkserver) they would run the
     caller's main script again, which a script without a ``__main__`` guard does not survive; a forked
     worker runs Python and pyarrow only, never the delta-rs threads it inherits a copy of."""
-    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=_orphan_watch,
+                               initargs=(os.getpid(),))
+
+
+def _orphan_watch(parent: int) -> None:
+    """Ends this worker once the ingest that started it is gone (killed, say): a forked worker holds its
+    own copy of the pipe it waits on, so it would never see the end of it and would wait forever."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(ORPHAN_POLL_S)
+        os._exit(1)
+    threading.Thread(target=watch, name="kraftlake-orphan-watch", daemon=True).start()
 
 
 def decode_piece(path: str, positions: list[int], min_offset: int | None, limits: Limits) -> Decoded:
