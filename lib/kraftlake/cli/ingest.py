@@ -89,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
                            full_history=args.full_history, from_snapshot=args.from_snapshot,
                            batch_records=config.get_int("kraftlake.ingest.batch.records", minimum=1),
                            meter=lambda source: meter(config, f"ingest {source}"), on_source=printer,
-                           limits=Limits.from_settings(config))
+                           limits=Limits.from_settings(config),
+                           workers=config.get_int("kraftlake.ingest.workers", minimum=0),
+                           workers_min_bytes=config.get_int("kraftlake.ingest.workers.min.bytes", minimum=0))
     except StrictModeError as exc:
         print(f"ingest: {exc}; nothing of this source was committed", file=sys.stderr)
         return FAILED

@@ -228,7 +228,8 @@ def _decode_value(batch: RecordBatch, record: batches.Record) -> tuple[str, int,
     spec = schemas.metadata_by_api_key.get(api_key)
     if spec is None:
         raise LookupError(f"unknown metadata record api key {api_key}")
-    return spec.name, version, decode_message(spec, version, memoryview(record.value)[reader.pos:])
+    # positions in a message's errors count from its own first byte
+    return spec.name, version, decode_message(spec, version, record.value[reader.pos:])
 
 
 def decode_buffer(buf: bytes | memoryview, source: str, first_offset: int | None = None,
@@ -239,38 +240,44 @@ def decode_buffer(buf: bytes | memoryview, source: str, first_offset: int | None
     for item in _checked_batches(buf, source, first_offset, start, limits or default_limits(), segment_base):
         if isinstance(item, Rejection):
             yield item
+        else:
+            yield from batch_items(item, source)
+
+
+def batch_items(batch: RecordBatch, source: str) -> Iterator[Item]:
+    """The events and rejections of one batch the log's order accepted: what it holds depends on its own
+    bytes only, so batches can be decoded apart (``storage.pieces``: in other processes) once a single pass
+    over the file has checked their order."""
+    previous = batch.base_offset - 1
+    for record in batches.records(batch):
+        if isinstance(record, BadRecord):
+            yield Rejection(source, batch.position, None, "CORRUPT_MESSAGE",
+                            f"record at byte {record.position} of the batch's records: {record.reason}",
+                            record.raw, record.raw_length)
+            break
+        misplaced = _misplaced(batch, record, previous)
+        if misplaced is not None:
+            yield _record_rejection(source, batch, record, "CORRUPT_MESSAGE", misplaced)
             continue
-        batch = item
-        previous = batch.base_offset - 1
-        for record in batches.records(batch):
-            if isinstance(record, BadRecord):
-                yield Rejection(source, batch.position, None, "CORRUPT_MESSAGE",
-                                f"record at byte {record.position} of the batch's records: {record.reason}",
-                                record.raw, record.raw_length)
-                break
-            misplaced = _misplaced(batch, record, previous)
-            if misplaced is not None:
-                yield _record_rejection(source, batch, record, "CORRUPT_MESSAGE", misplaced)
-                continue
-            previous = record.offset
-            try:
-                type_, version, data = _decode_value(batch, record)
-            except UnknownVersionError as exc:
-                yield _record_rejection(source, batch, record, "UNSUPPORTED_VERSION", str(exc))
-                continue
-            except LookupError as exc:
-                yield _record_rejection(source, batch, record, "INVALID_RECORD", str(exc))
-                continue
-            except (ValueError, struct.error) as exc:  # MessageError among them
-                yield _record_rejection(source, batch, record, "INVALID_RECORD", f"fields do not parse: {exc}")
-                continue
-            problem = named_topic_problem(type_, data)
-            if problem is not None:
-                yield _record_rejection(source, batch, record, "INVALID_TOPIC_EXCEPTION", problem)
-                continue
-            yield {"offset": record.offset, "leader_epoch": batch.leader_epoch, "timestamp": record.timestamp,
-                   "type": type_, "version": version, "data": data, "source": source,
-                   "position": batch.position}
+        previous = record.offset
+        try:
+            type_, version, data = _decode_value(batch, record)
+        except UnknownVersionError as exc:
+            yield _record_rejection(source, batch, record, "UNSUPPORTED_VERSION", str(exc))
+            continue
+        except LookupError as exc:
+            yield _record_rejection(source, batch, record, "INVALID_RECORD", str(exc))
+            continue
+        except (ValueError, struct.error) as exc:  # MessageError among them
+            yield _record_rejection(source, batch, record, "INVALID_RECORD", f"fields do not parse: {exc}")
+            continue
+        problem = named_topic_problem(type_, data)
+        if problem is not None:
+            yield _record_rejection(source, batch, record, "INVALID_TOPIC_EXCEPTION", problem)
+            continue
+        yield {"offset": record.offset, "leader_epoch": batch.leader_epoch, "timestamp": record.timestamp,
+               "type": type_, "version": version, "data": data, "source": source,
+               "position": batch.position}
 
 
 def _misplaced(batch: RecordBatch, record: batches.Record, previous: int) -> str | None:
@@ -318,6 +325,19 @@ def decode_file(path: str | os.PathLike, min_offset: int | None = None,
 
     ``min_offset`` skips records below it (a segment's records already covered by a snapshot).
     """
+    for item in file_batches(path, limits):
+        if isinstance(item, Rejection):
+            yield item
+            continue
+        for event in batch_items(item, str(path)):
+            if min_offset is not None and isinstance(event, dict) and event["offset"] < min_offset:
+                continue
+            yield event
+
+
+def file_batches(path: str | os.PathLike, limits: Limits | None = None) -> Iterator[RecordBatch | Rejection]:
+    """The batches of a segment or a snapshot that its order accepts (verified, checked against the ones
+    before and after), and rejections of the rest, in file order: ``decode_file`` before the records."""
     path = Path(path)
     segment = SEGMENT_NAME.match(path.name)
     base = int(segment.group(1)) if segment else None
@@ -325,10 +345,7 @@ def decode_file(path: str | os.PathLike, min_offset: int | None = None,
     first_offset = base if segment else 0 if snapshot_end_offset(path) else None
     mapped = MappedFile(path)
     try:
-        for item in decode_buffer(mapped.buf, str(path), first_offset, limits=limits, segment_base=base):
-            if min_offset is not None and isinstance(item, dict) and item["offset"] < min_offset:
-                continue
-            yield item
+        yield from _checked_batches(mapped.buf, str(path), first_offset, 0, limits or default_limits(), base)
     finally:
         mapped.close()
 

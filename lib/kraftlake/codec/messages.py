@@ -7,6 +7,7 @@ so adding a record or a version is a schema change, never a parser change.
 
 from __future__ import annotations
 
+import functools
 import struct
 from typing import Any, Callable
 
@@ -59,6 +60,10 @@ class Reader:
         return value
 
     def uvarint(self) -> int:
+        pos = self.pos
+        if pos < self.end and self.buf[pos] < 0x80:  # most are one byte: lengths, tags, small ids
+            self.pos = pos + 1
+            return self.buf[pos]
         result = 0
         shift = 0
         buf = self.buf
@@ -97,8 +102,15 @@ Encoder = Callable[[bytearray, Any], None]
 
 def _primitive_decoder(ktype: str, flexible: bool, nullable: bool, name: str) -> Decoder:
     if ktype in _INT:
-        fmt = _INT[ktype]
-        return lambda r: r.fixed(fmt)
+        unpack, size = _INT[ktype].unpack_from, _INT[ktype].size
+
+        def read_int(r: Reader) -> Any:
+            pos = r.pos
+            if pos + size > r.end:
+                raise MessageError(f"needed {size} bytes at position {pos}, only {r.end - pos} left")
+            r.pos = pos + size
+            return unpack(r.buf, pos)[0]
+        return read_int
     if ktype == "bool":
         return lambda r: r.take(1) != b"\x00"
     if ktype == "uuid":
@@ -149,32 +161,68 @@ def _field_decoder(spec: FieldSpec, version: int, flexible: bool) -> Decoder:
         return inner
     name = spec.name
 
-    def read_array(r: Reader) -> list | None:
+    def read_length(r: Reader) -> int | None:
         n = r.uvarint() - 1 if flexible else r.fixed(_INT32)
         if n == -1 and nullable:
             return None
         if n < 0 or n > r.remaining():  # every element takes at least one byte
             raise MessageError(f"field {name}: invalid array length {n}")
-        return [inner(r) for _ in range(n)]
+        return n
+
+    if spec.struct is None and spec.element in _INT:  # replicas, ISRs: all of them in one unpack
+        size, code = _INT[spec.element].size, _INT[spec.element].format[-1]
+
+        def read_numbers(r: Reader) -> list | None:
+            n = read_length(r)
+            if n is None:
+                return None
+            pos = r.pos
+            if pos + n * size > r.end:  # as reading them one by one would fail, at the first that is not there
+                short = pos + (r.end - pos) // size * size
+                raise MessageError(f"needed {size} bytes at position {short}, only {r.end - short} left")
+            r.pos = pos + n * size
+            return list(_numbers(n, code).unpack_from(r.buf, pos))
+        return read_numbers
+
+    def read_array(r: Reader) -> list | None:
+        n = read_length(r)
+        return None if n is None else [inner(r) for _ in range(n)]
     return read_array
+
+
+@functools.lru_cache(maxsize=1024)
+def _numbers(count: int, code: str) -> struct.Struct:
+    return struct.Struct(f">{count}{code}")
 
 
 def _struct_decoder(spec: StructSpec, version: int, flexible: bool) -> Decoder:
     plan: list[tuple[str, Decoder]] = []
     tagged: dict[int, tuple[str, Decoder]] = {}
-    defaults: list[tuple[str, FieldSpec]] = []
+    defaults: list[FieldSpec] = []
     for f in spec.fields:
         if version not in f.versions:
-            defaults.append((f.name, f))
+            defaults.append(f)
         elif flexible and version in f.tagged_versions:
             tagged[f.tag] = (f.name, _field_decoder(f, version, flexible))
-            defaults.append((f.name, f))
+            defaults.append(f)
         else:
             plan.append((f.name, _field_decoder(f, version, flexible)))
     struct_name = spec.name
+    # every field in the schema's order, holding its default: a copy is each decoded struct's start; the
+    # defaults that are lists or dicts are made anew for each, as a caller may change them
+    template = {f.name: None for f in spec.fields}
+    fresh = []
+    for f in defaults:
+        value = f.default()
+        if isinstance(value, (list, dict)):
+            fresh.append(f)
+        else:
+            template[f.name] = value
 
     def read_struct(r: Reader) -> dict:
-        out = {name: f.default() for name, f in defaults}
+        out = template.copy()
+        for f in fresh:
+            out[f.name] = f.default()
         for name, decode in plan:
             out[name] = decode(r)
         if flexible:
@@ -188,7 +236,7 @@ def _struct_decoder(spec: StructSpec, version: int, flexible: bool) -> Decoder:
                     if sub.pos != sub.end:
                         raise MessageError(f"{struct_name}.{name}: tagged field has {sub.end - sub.pos} extra bytes")
                 r.take(size)  # unknown tags are skipped, as Kafka keeps them opaque
-        return {f.name: out[f.name] for f in spec.fields}
+        return out
     return read_struct
 
 

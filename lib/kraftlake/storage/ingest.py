@@ -42,8 +42,9 @@ from kraftlake.metadata.config import defaults
 from kraftlake.metadata.progress import Meter
 from kraftlake.metadata.rejections import RAW_LIMIT, Item, Rejection
 from kraftlake.metadata.tables import metadata_log_schema, table_arrow_schema
+from kraftlake.storage import pieces
 from kraftlake.storage.deltars import Conflict
-from kraftlake.storage.tables import events_to_arrow, rejections_to_arrow
+from kraftlake.storage.tables import events_to_arrow, rejections_to_arrow, rows_to_events, widen
 
 KAFKA_KINDS = ("partition-dir", "segment", "snapshot")
 INGEST_ATTEMPTS = 20  # plans of one source, each lost to another ingest's commit, before giving up
@@ -218,15 +219,24 @@ def fingerprint(path: Path, kind: str, start: str) -> tuple[str, int]:
 
 @dataclass
 class _Read:
-    """What an ingest reads of a source, decided before it reads it."""
+    """What an ingest reads of a source, decided before it reads it: the items of ``head``, then the
+    records of ``segments`` (a Kafka log's, decoded here or in workers: ``pieces``)."""
 
-    items: Iterator[Item]
+    head: Iterable[Item]
     files: list[Path]  # the files read, in order (for progress)
     first_offset: int | None = None  # no record of the source lies below it; None: events, offsets given here
     log_start: int | None = None  # where the source's log records (not its snapshot's) begin, when known
     snapshot: list[dict] = field(default_factory=list)  # the events of a snapshot read first
     directory: DirectoryPlan | None = None
     missing: tuple[int, int] | None = None
+    segments: list[pieces.Segment] = field(default_factory=list)
+    limits: Limits | None = None
+
+    @property
+    def items(self) -> Iterator[Item]:
+        """Everything read, in this process."""
+        return itertools.chain(self.head, *(codec.decode_file(path, min_offset=start, limits=self.limits)
+                                            for path, start in self.segments))
 
 
 def _log_start(path: Path, kind: str) -> int | None:
@@ -248,15 +258,14 @@ def _read(path: Path, kind: str, start: str, held_before: bool = False, limits: 
         plan = codec.plan_partition_dir(path, start, held_before)
         snapshot = list(codec.decode_snapshot(plan.snapshot, limits)) if plan.snapshot is not None else []
         events_ = [i for i in snapshot if isinstance(i, dict)]
-        rest = codec.decode_plan(dataclasses.replace(plan, snapshot=None), limits)
-        return _Read(itertools.chain(skipped_entries(path), snapshot, rest),
+        return _Read(skipped_entries(path) + snapshot,
                      ([plan.snapshot] if plan.snapshot is not None else []) + list(plan.segments),
                      events_[0]["offset"] if events_ else plan.first_offset, plan.first_offset, events_, plan,
-                     plan.missing)
+                     plan.missing, [(segment, plan.segment_start) for segment in plan.segments], limits)
     if kind == "segment":
         base = _log_start(path, kind)
         missing = (0, base - 1) if base and not held_before else None
-        return _Read(codec.decode_file(path, limits=limits), [path], base or 0, base, missing=missing)
+        return _Read([], [path], base or 0, base, missing=missing, segments=[(path, None)], limits=limits)
     if kind == "snapshot":
         items = list(codec.decode_snapshot(path, limits))
         events_ = [i for i in items if isinstance(i, dict)]
@@ -573,6 +582,7 @@ class _Sequencer:
         self.strict = strict
         self.merge = merge
         self.limits, self.now_ms = limits, now_ms
+        self.latest = now_ms + limits.ahead_ms  # an event later than this may be misplaced (``placement_problem``)
         self.rejections: list[Rejection] = []
         self.failure: Exception | None = None
 
@@ -582,43 +592,110 @@ class _Sequencer:
         self.rejections.append(rejection)
         self.summary.rejected += 1
 
+    def place(self, item: Item) -> dict | None:
+        """The event ``item`` is written as (at its offset), or None: rejected, or not written (``merge``)."""
+        if isinstance(item, Rejection):
+            self.reject(item)
+            return None
+        summary, merge, unit_ = self.summary, self.merge, unit(self.summary.kind)
+        offset = item["offset"]
+        held = offset is not None and merge is not None and offset <= merge.end
+        if offset is not None and not held and offset < self.next_offset:
+            self.reject(refusal(item, "INVALID_RECORD", f"offset {offset} is below the log end offset "
+                                f"{self.next_offset}", unit_))
+            return None
+        at = self.next_offset if offset is None else offset
+        if item["timestamp"] > self.latest or at > OFFSET_MAX or at - self.next_offset >= self.limits.offset_gap:
+            refused = self.limits.placement_problem(at, item["timestamp"], self.next_offset - 1, self.now_ms)
+            if refused is not None:
+                self.reject(refusal(item, *refused, unit_))
+                return None
+        if held:
+            if not merge.take(item):
+                return None
+            summary.backfilled.add(offset)
+        item["offset"] = offset = at
+        if offset >= self.next_offset:
+            self.next_offset = offset + 1
+        summary.records += 1
+        summary.by_type[item["type"]] += 1
+        if summary.first_offset is None:
+            summary.first_offset = offset
+        summary.last_offset = offset
+        return item
+
     def events(self, items: Iterable[Item], progress: _SourceProgress, backfills: bool = False) -> Iterator[dict]:
         """The events to write; ``backfills``: what the commit was planned as (checked at the end)."""
-        summary, merge, unit_ = self.summary, self.merge, unit(self.summary.kind)
-        # beyond these an event may be misplaced (``placement_problem`` says), within them it is not
-        latest, gap = self.now_ms + self.limits.ahead_ms, self.limits.offset_gap
         for item in items:
-            if isinstance(item, Rejection):
-                self.reject(item)
+            event = self.place(item)
+            if event is not None:
+                progress.tick(self.summary.records, event)
+                yield event
+        if self.merge is not None:
+            self.merge.finish(self.summary.backfilled.records > 0, backfills)
+
+    def batches(self, parts: Iterable[pieces.Part], progress: _SourceProgress, schema: pa.Schema,
+                batch_records: int) -> Iterator[pa.RecordBatch]:
+        """The batches to write from a source read in pieces (``pieces.parts``; never with ``merge``): a
+        piece whose every event goes where it says is taken whole, as ``place`` would take each of its
+        events; any other is placed event by event."""
+        for part in parts:
+            if isinstance(part, list):
+                yield from (events_to_arrow(chunk, schema) for chunk in
+                            _chunks(self.events(part, progress), batch_records))
                 continue
-            offset = item["offset"]
-            held = offset is not None and merge is not None and offset <= merge.end
-            if offset is not None and not held and offset < self.next_offset:
-                self.reject(refusal(item, "INVALID_RECORD", f"offset {offset} is below the log end offset "
-                                    f"{self.next_offset}", unit_))
-                continue
-            at = self.next_offset if offset is None else offset
-            if item["timestamp"] > latest or at > OFFSET_MAX or at - self.next_offset >= gap:
-                refused = self.limits.placement_problem(at, item["timestamp"], self.next_offset - 1, self.now_ms)
-                if refused is not None:
-                    self.reject(refusal(item, *refused, unit_))
-                    continue
-            if held:
-                if not merge.take(item):
-                    continue
-                summary.backfilled.add(offset)
-            item["offset"] = offset = at
-            if offset >= self.next_offset:
-                self.next_offset = offset + 1
-            summary.records += 1
-            summary.by_type[item["type"]] += 1
-            if summary.first_offset is None:
-                summary.first_offset = offset
-            summary.last_offset = offset
-            progress.tick(summary.records, item)
-            yield item
-        if merge is not None:
-            merge.finish(summary.backfilled.records > 0, backfills)
+            batch, rejections = widen(part[0], schema), part[1]
+            if self._in_place(batch):
+                for _, rejection in rejections:
+                    self.reject(rejection)
+                self._take_whole(batch, progress)
+                yield batch
+            else:
+                yield self._placed_rows(batch, rejections, progress)
+
+    def _in_place(self, batch: pa.RecordBatch) -> bool:
+        """Whether ``place`` would take every event of ``batch`` without a question: offsets rising from the
+        log's end, within ``offset_gap`` of each other, timestamps within the clock's bound."""
+        if not batch.num_rows:
+            return True
+        offsets = batch.column("offset").to_numpy()
+        steps = np.diff(offsets)
+        latest_us = pc.max(batch.column("timestamp").cast(pa.int64())).as_py()
+        return bool(offsets[0] >= self.next_offset and offsets[0] - self.next_offset < self.limits.offset_gap
+                    and (steps > 0).all() and (steps <= self.limits.offset_gap).all()
+                    and offsets[-1] <= OFFSET_MAX and latest_us <= self.latest * 1000)
+
+    def _take_whole(self, batch: pa.RecordBatch, progress: _SourceProgress) -> None:
+        if not batch.num_rows:
+            return
+        summary = self.summary
+        first, last = batch.column("offset")[0].as_py(), batch.column("offset")[-1].as_py()
+        summary.records += batch.num_rows
+        for entry in pc.value_counts(batch.column("type")).to_pylist():
+            summary.by_type[entry["values"]] += entry["counts"]
+        if summary.first_offset is None:
+            summary.first_offset = first
+        summary.last_offset = last
+        self.next_offset = last + 1
+        progress.tick(summary.records, {"source": batch.column("source")[-1].as_py(),
+                                        "position": batch.column("position")[-1].as_py(), "offset": last})
+
+    def _placed_rows(self, batch: pa.RecordBatch, rejections: list[tuple[int, Rejection]],
+                     progress: _SourceProgress) -> pa.RecordBatch:
+        """``batch``'s rows that ``place`` takes, each rejection placed before the event it preceded."""
+        kept = []
+        waiting = iter(rejections)
+        rejection = next(waiting, None)
+        for index, event in enumerate(rows_to_events(pa.Table.from_batches([batch]))):
+            while rejection is not None and rejection[0] <= index:
+                self.reject(rejection[1])
+                rejection = next(waiting, None)
+            if self.place(event) is not None:
+                progress.tick(self.summary.records, event)
+                kept.append(index)
+        for _, later in ([rejection] if rejection is not None else []) + list(waiting):
+            self.reject(later)
+        return batch.take(pa.array(kept, pa.int64()))
 
     def kept(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """``batches``, keeping what they raise: the Delta writer pulling them wraps it in an error of its
@@ -684,16 +761,28 @@ def read_quorum_files(path: Path, limits: Limits | None = None) -> tuple[list[di
 
 def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_history: bool = False,
                   from_snapshot: bool = False, batch_records: int | None = None,
-                  meter: Meter | None = None, limits: Limits | None = None) -> SourceSummary:
-    """Ingest one source; ``batch_records`` events per Delta commit (``kraftlake.ingest.batch.records``);
+                  meter: Meter | None = None, limits: Limits | None = None, workers: int | None = None,
+                  workers_min_bytes: int | None = None) -> SourceSummary:
+    """Ingest one source; ``batch_records`` events per Arrow batch (``kraftlake.ingest.batch.records``);
+    a Kafka log of at least ``workers_min_bytes`` is decoded by ``workers`` processes
+    (``kraftlake.ingest.workers``, 0: one per core; ``pieces``);
     progress goes to ``meter`` (its unit and total are set here, from the source); the source is read
     within ``limits`` (``kraftlake.decode.*``), and its events placed within them (at most
     ``kraftlake.ingest.offset.max.gap`` past the log's end, ``kraftlake.ingest.timestamp.after.max.ms`` past
     the clock). A directory is read from its start (``full_history``,
     ``from_snapshot``: ``start_of``); raises ``HistoryConflict`` when its snapshot cannot be placed in this
     warehouse."""
-    batch_records = batch_records or int(defaults()["kraftlake.ingest.batch.records"])
-    limits = limits or default_limits()
+    settings = defaults()
+    batch_records = batch_records or int(settings["kraftlake.ingest.batch.records"])
+    count = pieces.worker_count(int(settings["kraftlake.ingest.workers"]) if workers is None else workers)
+    min_bytes = int(settings["kraftlake.ingest.workers.min.bytes"]) if workers_min_bytes is None else workers_min_bytes
+    with pieces.Workers(count, min_bytes) as pool:
+        return _ingest_source(tables, source, strict, full_history, from_snapshot, batch_records, meter,
+                              limits or default_limits(), pool)
+
+
+def _ingest_source(tables: Tables, source: str, strict: bool, full_history: bool, from_snapshot: bool,
+                   batch_records: int, meter: Meter | None, limits: Limits, pool: pieces.Workers) -> SourceSummary:
     start = start_of(full_history, from_snapshot)
     path = Path(source).resolve()
     started = time.monotonic()
@@ -744,8 +833,12 @@ def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_his
         planned = merge is not None and (merge.backfills() if backfills is None else backfills)
         sequencer = _Sequencer(summary, 0 if end is None else end + 1, strict, merge, limits, now_ms)
         progress = _SourceProgress(meter, kind, read.files)
-        batches = (events_to_arrow(chunk, schema) for chunk in
-                   _chunks(sequencer.events(read.items, progress, planned), batch_records))
+        if merge is None and read.segments and pool.wanted(summary.bytes):
+            batches = sequencer.batches(pool.parts(read.head, read.segments, limits, batch_records), progress,
+                                        schema, batch_records)
+        else:
+            batches = (events_to_arrow(chunk, schema) for chunk in
+                       _chunks(sequencer.events(read.items, progress, planned), batch_records))
         if log_done:  # the log commit is there (a run that died before the rejections', or a concurrent
             for _ in batches:  # ingest of the same bytes): only the rejections may still be owed
                 pass
@@ -789,14 +882,16 @@ def ingest(tables: Tables, sources: Iterable[str], *, strict: bool = False, full
            from_snapshot: bool = False, batch_records: int | None = None,
            meter: Callable[[str], Meter] | None = None,
            on_source: Callable[[SourceSummary], None] | None = None,
-           limits: Limits | None = None) -> list[SourceSummary]:
+           limits: Limits | None = None, workers: int | None = None,
+           workers_min_bytes: int | None = None) -> list[SourceSummary]:
     """Ingest each source in the order given (offsets continue across them); ``meter(label)`` makes each
-    source's progress meter."""
+    source's progress meter; the rest as ``ingest_source``."""
     summaries = []
     for source in sources:
         summary = ingest_source(tables, os.fspath(source), strict=strict, full_history=full_history,
                                 from_snapshot=from_snapshot, batch_records=batch_records,
-                                meter=None if meter is None else meter(os.fspath(source)), limits=limits)
+                                meter=None if meter is None else meter(os.fspath(source)), limits=limits,
+                                workers=workers, workers_min_bytes=workers_min_bytes)
         summaries.append(summary)
         if on_source is not None:
             on_source(summary)

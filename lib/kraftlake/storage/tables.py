@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
@@ -16,12 +17,19 @@ from kraftlake.metadata.tables import ENVELOPE_COLUMNS, metadata_log_schema, tab
 
 
 def events_to_arrow(events: Sequence[dict], schema: pa.Schema | None = None) -> pa.RecordBatch:
-    """A ``metadata_log`` batch: fixed columns, then each type's payload in its own struct column.
+    """A ``metadata_log`` batch: fixed columns, then each type's payload in its own struct column."""
+    schema = schema or metadata_log_schema()
+    return widen(compact_events(events, schema), schema)
+
+
+def compact_events(events: Sequence[dict], schema: pa.Schema) -> pa.RecordBatch:
+    """``events`` as ``schema``'s fixed columns and the payload columns of the types among them only: a
+    few columns where the whole schema has one per message type (cheap to send to another process;
+    ``widen`` gives the rest).
 
     Payload columns are built per type from just that type's rows and spread out with ``take``, so the
     cost follows the number of events, not events x types.
     """
-    schema = schema or metadata_log_schema()
     n = len(events)
     columns: dict[str, pa.Array] = {
         "offset": pa.array([e["offset"] for e in events], pa.int64()),
@@ -36,19 +44,23 @@ def events_to_arrow(events: Sequence[dict], schema: pa.Schema | None = None) -> 
     rows_by_type: dict[str, list[int]] = {}
     for index, event in enumerate(events):
         rows_by_type.setdefault(event["type"], []).append(index)
-    for field in schema:
-        if field.name in columns:
+    for type_, rows in rows_by_type.items():
+        if type_ not in schema.names or type_ in columns:
             continue
-        rows = rows_by_type.get(field.name)
-        if not rows:
-            columns[field.name] = pa.nulls(n, field.type)
-            continue
-        values = pa.array([events[i]["data"] for i in rows] + [None], field.type)
-        where = [len(rows)] * n  # the trailing null
-        for position, row in enumerate(rows):
-            where[row] = position
-        columns[field.name] = values.take(pa.array(where, pa.int32()))
-    return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
+        values = pa.array([events[i]["data"] for i in rows] + [None], schema.field(type_).type)
+        where = np.full(n, len(rows), np.int32)  # the trailing null
+        where[rows] = np.arange(len(rows), dtype=np.int32)
+        columns[type_] = values.take(pa.array(where))
+    names = [f.name for f in schema if f.name in columns]
+    return pa.RecordBatch.from_arrays([columns[name] for name in names],
+                                      schema=pa.schema([schema.field(name) for name in names]))
+
+
+def widen(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` (``schema``'s columns, some left out) in the whole ``schema``: the others all null."""
+    return pa.RecordBatch.from_arrays(
+        [batch.column(f.name) if f.name in batch.schema.names else pa.nulls(batch.num_rows, f.type) for f in schema],
+        schema=schema)
 
 
 def controller_log_schema() -> pa.Schema:
