@@ -171,10 +171,15 @@ def test_a_killed_ingest_leaves_no_worker_and_runs_again_exact(tmp_path):
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     committed = tmp_path / "killed" / "rejected" / "_delta_log" / f"{1:020d}.json"  # the first source's end
     found: list[int] = []
+    first_pool: set[int] = set()  # each source has its own workers; the first's end once it has committed
 
     def decoding_the_second() -> bool:
-        found[:] = children(process.pid)
-        return committed.exists() and len(found) >= 2 or process.poll() is not None
+        running = [c for c in children(process.pid) if alive(c)]
+        if not committed.exists():
+            first_pool.update(running)
+            return process.poll() is not None
+        found[:] = [c for c in running if c not in first_pool]
+        return len(found) >= 2 or process.poll() is not None
     try:
         assert wait_for(decoding_the_second, 120, every=0.01)
         os.kill(process.pid, signal.SIGKILL)
