@@ -26,8 +26,6 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from kraftlake.spark.session import DAEMON_MODULE
-
     session = (
         SparkSession.builder.master("local[2,4]")  # task retries, as the jobs' local default (spark/session.py)
         .appName("kraftlake-tests")
@@ -36,7 +34,6 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config(*DAEMON_MODULE)  # workers forked with kraftlake imported, as the jobs' local sessions
         .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("spark-warehouse")))
         .getOrCreate()
     )

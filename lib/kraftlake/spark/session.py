@@ -25,8 +25,6 @@ LOOPBACK = "127.0.0.1"
 # deserialise together) must not end a streaming job on a laptop when it would not on a cluster.
 LOCAL_MASTER = "local[*,4]"
 LOCAL_ADDRESSES = ("spark.driver.bindAddress", "spark.driver.host")
-# Local mode's Python workers fork from a daemon that imported kraftlake's modules already (``worker_daemon``)
-DAEMON_MODULE = ("spark.python.daemon.module", "kraftlake.spark.worker_daemon")
 
 
 def get_spark(config: Config, app_name: str) -> SparkSession:
@@ -73,7 +71,6 @@ def get_spark(config: Config, app_name: str) -> SparkSession:
         # listens on loopback, not on every interface, unless the user sets these.
         for key in LOCAL_ADDRESSES:
             settings.setdefault(key, LOOPBACK)
-        settings.setdefault(*DAEMON_MODULE)
     for key, value in sorted(settings.items()):
         if not submitted.contains(key):
             builder = builder.config(key, value)
