@@ -126,11 +126,23 @@ class Controller:
             return -9
 
 
+def committed_batches(checkpoint: Path) -> list[int]:
+    """The ids of the micro-batches the controller's checkpoint holds as committed, in order."""
+    commits = checkpoint / "commits"
+    try:
+        return sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit()) if commits.is_dir() else []
+    except FileNotFoundError:
+        return []  # Spark deleted an old commit file as we listed them
+
+
+def committed_batch(checkpoint: Path) -> int:
+    """The controller's last committed micro-batch (-1: none yet)."""
+    return max(committed_batches(checkpoint), default=-1)
+
+
 def committed_offset(checkpoint: Path) -> int:
     """How far into the log the controller's last committed micro-batch reached (-1: none yet)."""
-    commits = checkpoint / "commits"
-    done = sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit()) if commits.is_dir() else []
-    for batch in reversed(done):
+    for batch in reversed(committed_batches(checkpoint)):
         try:
             return json.loads((checkpoint / "offsets" / str(batch)).read_text().splitlines()[-1])["offset"]
         except (OSError, ValueError, KeyError, IndexError):

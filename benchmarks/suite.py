@@ -19,7 +19,10 @@ Sections of the report (docs/performance.md says what each number means):
 - ``target`` (``--target`` alone): the records stage (``--target-events`` over ``--target-partitions``, end to
   end) and the requests stage (``--target-requests`` of the soak's mix, the pure core against the Spark job);
 - ``soak`` (``--soak`` alone): the continuous controller fed simulated cluster traffic for minutes, killed
-  with SIGKILL at intervals, its tables checked against one replay by the core, its memory sampled.
+  with SIGKILL at intervals, its tables checked against one replay by the core, its memory sampled;
+- ``restart`` (``--restart`` alone): the continuous controller over ``--restart-partitions`` partitions killed
+  with SIGKILL right after its first committed micro-batch, ``--restart-count`` times: from its process start
+  to the Spark session, the queries started and the first micro-batch committed (p50 / max).
 
 Everything runs in one process on the same machine, so ratios between numbers mean something even
 where absolute times on a shared machine are noisy.
@@ -55,6 +58,7 @@ from benchmarks.continuous import measure_latency
 from benchmarks.core import (core_replay_chunked, decode_all, measure_failover, profile_core, scaling,
                              simulated_requests, state_sizes)
 from benchmarks.memory import PeakMemory, job_root, roles_of
+from benchmarks.restart import measure_restart
 from benchmarks.soak import measure_soak, replay_once, table_multisets
 from benchmarks.stats import chunks, log, timed
 
@@ -221,6 +225,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--soak-batch", type=int, default=50_000,
                         help="the soaked controller's kraftlake.controller.max.records.per.batch")
     parser.add_argument("--soak-driver-memory", default="2g", help="the soaked controller's --driver-memory")
+    parser.add_argument("--restart", action="store_true",
+                        help="only the restart run: the continuous controller killed right after its first micro-batch, "
+                             "started again (uses --soak-brokers, --soak-batch, --soak-driver-memory)")
+    parser.add_argument("--restart-count", type=int, default=5, help="restarts after a SIGKILL to time")
+    parser.add_argument("--restart-partitions", type=int, default=100_000, help="partitions of the warehouse")
+    parser.add_argument("--restart-rows", type=int, default=1_000, help="requests appended before each start")
     parser.add_argument("--fixtures", default=str(Path(__file__).resolve().parent.parent.parent / "shared" /
                                                   "fixtures" / "kafka-logs"))
     parser.add_argument("--report", default="bench-report.json")
@@ -248,6 +258,11 @@ def main(argv: list[str] | None = None) -> int:
         summary = {k: v for k, v in report["soak"].items() if not k.endswith("_samples")}
         print(json.dumps(summary, indent=2))
         return 0 if report["soak"]["drained"] and report["soak"]["tables_equal_one_shot_replay"] else 1
+    if args.restart:
+        report = {"machine": report["machine"], "restart": measure_restart(config, work, args)}
+        Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
+        print(json.dumps(report, indent=2))
+        return 0
     if args.target:
         requests = sizes["target_requests"] if args.target_requests is None else args.target_requests
         report = {"machine": report["machine"]}

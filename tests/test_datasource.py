@@ -184,6 +184,20 @@ def test_stream_of_some_columns_and_types_only(warehouse: Warehouse, tmp_path: P
     assert batches == [(0, [0, 3]), (1, [6]), (2, [9])]
 
 
+def test_a_stream_skipping_empty_batches_plans_none_for_ranges_without_its_types(warehouse: Warehouse,
+                                                                                   tmp_path: Path) -> None:
+    rows = log_rows(list(range(20)))
+    kinds = ["PartitionChangeRecord" if o in (5, 6, 15) else "NoOpRecord" for o in range(20)]
+    warehouse.append("metadata_log", rows.set_column(2, "type", pa.array(kinds)), LOG)
+
+    df = warehouse.read_stream("metadata_log", max_records_per_batch=4, columns=["offset"],
+                               types=["PartitionChangeRecord"], skip_empty=True)
+    # bounded by offsets alone the micro-batches would be 0-3, 4-7, 8-11, 12-15, 16-19, three of them empty;
+    # skipping, one starts where the range holds the types' rows (4 rows on from the first: 5-8, 15-18), and
+    # none is planned for the tail without them
+    assert run_available_now(df, tmp_path / "checkpoint") == [(0, [5, 6]), (1, [15])]
+
+
 # object_store's credential keys (its AmazonS3ConfigKey, AzureConfigKey and GoogleConfigKey documentation,
 # aliases included): the values a warehouse on object storage hands the data source.
 CREDENTIAL_KEYS = [

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import re
 import threading
+import time
 
 import pytest
 
@@ -227,10 +229,14 @@ def test_a_running_controller_prints_its_status_line(spark, fixtures_dir, tmp_pa
     settings = controller_query.ControllerSettings(shards=2, checkpoint=str(tmp_path / "cp"), once=False,
                                                    trigger_interval_ms=200)
     runner = threading.Thread(target=controller_query.run, daemon=True,
-                              kwargs={"warehouse": warehouse, "settings": settings, "status_every": 0.2, "out": out})
+                              kwargs={"warehouse": warehouse, "settings": settings, "status_every": 0.2, "out": out,
+                                      "started": time.monotonic()})
     runner.start()
     try:
         assert wait_for(lambda: f"up to date at offset {first_end:,}" in out.getvalue(), 120), out.getvalue()
+        # before any status line, how long starting the queries took (a restart's downtime)
+        assert re.match(r"\[controller\] queries started \d+\.\d s after the job's start\n", out.getvalue()), \
+            out.getvalue()
         more = tmp_path / "more.jsonl"
         more.write_text('{"type": "NoOpRecord", "version": 0, "timestamp": 1763580879457, "data": {}}\n')
         ingest_source(warehouse, str(more))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
 from kraftlake.cli.launcher import UserError
@@ -42,6 +43,7 @@ def metrics_address(config: Config, host: str | None, port: int | None) -> tuple
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = time.monotonic()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--once", action="store_true", help="process what the log holds now, then exit")
     parser.add_argument("--shards", type=int, help="controller shards (kraftlake.shards)")
@@ -75,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
         # the lease first: a second controller is turned away before it starts Spark or touches anything
         with Lease(root, "controller", ttl_ms, storage_options=storage_options(config)).held() as lease:
             warehouse = open_warehouse(config, "kraftlake-controller", root=root)
+            status = None if config.get_str("kraftlake.progress") == NEVER else \
+                config.get_int("kraftlake.controller.status.interval.ms", minimum=1) / 1000
+            if status is not None and not args.once:  # a restart's downtime, as an operator weighs it
+                print(f"[controller] Spark session ready {time.monotonic() - started:.1f} s after the job's start",
+                      file=sys.stderr, flush=True)
             checkpoint = checkpoint_location(config, warehouse, "controller", args.checkpoint)
             limit = args.max_records_per_batch or config.get_int("kraftlake.controller.max.records.per.batch",
                                                                  minimum=0)
@@ -85,10 +92,8 @@ def main(argv: list[str] | None = None) -> int:
                 kafka_config=replay_configs(config), lease_ttl_ms=ttl_ms, metrics_address=metrics)
             if args.reset:
                 reset(warehouse, checkpoint)
-            finished = run(warehouse, settings, meter(config, "controller", "offsets"),
-                           status_every=None if config.get_str("kraftlake.progress") == NEVER else
-                           config.get_int("kraftlake.controller.status.interval.ms", minimum=1) / 1000,
-                           lease=lease)
+            finished = run(warehouse, settings, meter(config, "controller", "offsets"), status_every=status,
+                           lease=lease, started=started)
     except RuntimeError as exc:
         print(f"controller: {exc}", file=sys.stderr)
         return 1

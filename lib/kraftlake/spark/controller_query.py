@@ -16,6 +16,7 @@ import json
 import operator
 import os
 import sys
+import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import reduce
@@ -478,7 +479,8 @@ def serving(address: tuple[str, int] | None, out: TextIO | None = None) -> Itera
 
 
 def run(warehouse: Warehouse, settings: ControllerSettings, meter: Meter | None = None,
-        status_every: float | None = None, out: TextIO | None = None, lease: Lease | None = None) -> bool:
+        status_every: float | None = None, out: TextIO | None = None, lease: Lease | None = None,
+        started: float | None = None) -> bool:
     """Run the controller query and the quorum query (``quorum_query``) until they end (``--once``) or
     forever; False if stopped by a signal (see ``queries.supervise``). Progress in log offsets goes to
     ``meter``; when running continuously, a status line every ``status_every`` seconds says how far behind
@@ -486,7 +488,10 @@ def run(warehouse: Warehouse, settings: ControllerSettings, meter: Meter | None 
 
     Holds the warehouse's controller lease throughout (``lease``, if the caller took it already; else it
     is taken here, and ``LeaseHeld`` raised if another controller holds it). Losing it stops the queries; so
-    does a backfill of ``metadata_log`` below what they read (``RuntimeError`` saying to rebuild with --reset)."""
+    does a backfill of ``metadata_log`` below what they read (``RuntimeError`` saying to rebuild with --reset).
+
+    ``started``: when the job started (``time.monotonic()``); running continuously with status lines, a line
+    then says how long starting the queries took, since a restart's downtime is what an operator weighs."""
     holding = nullcontext(lease) if lease is not None else controller_lease(warehouse, settings).held()
     with holding as held:
         guard = BackfillGuard(warehouse, settings.checkpoint)  # refuses tables that missed a backfill
@@ -496,6 +501,8 @@ def run(warehouse: Warehouse, settings: ControllerSettings, meter: Meter | None 
         quorum = start_quorum(warehouse, settings.checkpoint, settings.once, settings.kafka_config,
                               settings.max_records_per_batch, settings.trigger_interval_ms)
         meter = meter or Meter("controller", "offsets", enabled=False, out=out)
+        if started is not None and not settings.once and status_every is not None:
+            meter.emit(f"[{meter.label}] queries started {time.monotonic() - started:.1f} s after the job's start")
         progress = LogProgress(MetadataLogEnd(warehouse), meter, settings.once, status_every)
         with serving(settings.metrics_address, out) as server:
             watch = progress if server is None else ControllerMetrics(progress, warehouse, settings.kafka_config,

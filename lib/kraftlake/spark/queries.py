@@ -28,6 +28,7 @@ from kraftlake.storage.deltars import DeltaRsTables, StorageOptions, backfills_s
 from kraftlake.storage.lease import Lease
 
 Sink = Callable[[Any, tuple[str, int]], Any]
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
 
 def query_id(checkpoint: str, storage_options: StorageOptions = None) -> str | None:
@@ -176,12 +177,17 @@ def delete_dir(target: str, storage_options: StorageOptions = None) -> None:
 
 
 def start_sink(outputs: Any, name: str, checkpoint: str, once: bool, trigger_interval_ms: int, write: Sink,
-               storage_options: StorageOptions = None) -> Any:
+               storage_options: StorageOptions = None, state_partitions: int | None = None) -> Any:
     """Start ``outputs`` as query ``kraftlake_<name>``: each micro-batch goes to ``write(batch_df, txn)``.
 
     ``txn`` is the Delta application transaction ``(kraftlake-<name>-<query id>, batch id)``: a batch Spark
     runs again after a crash carries the same pair, so every table that already has it skips it. The id is
     read from the checkpoint once Spark has written it (at the first batch).
+
+    ``state_partitions``: the shuffle partitions of a new checkpoint's stateful stage, instead of the session's
+    ``spark.sql.shuffle.partitions``. Every one of them is a task, a state store load and a state store commit
+    in every micro-batch, whether it holds a group or not. A checkpoint keeps the number it was started
+    with: Spark restores it over any setting.
     """
     app_id: list[str] = []
 
@@ -194,7 +200,15 @@ def start_sink(outputs: Any, name: str, checkpoint: str, once: bool, trigger_int
               .foreachBatch(sink))
     writer = writer.trigger(availableNow=True) if once else \
         writer.trigger(processingTime=f"{trigger_interval_ms} milliseconds")
-    return writer.start()
+    if state_partitions is None:
+        return writer.start()
+    conf = outputs.sparkSession.conf
+    session_partitions = conf.get(SHUFFLE_PARTITIONS)
+    conf.set(SHUFFLE_PARTITIONS, str(state_partitions))
+    try:
+        return writer.start()  # the query takes a copy of the session's settings as it starts
+    finally:
+        conf.set(SHUFFLE_PARTITIONS, session_partitions)
 
 
 def open_anomalies(warehouse: Any, kinds: Collection[str]) -> list[dict]:

@@ -32,6 +32,10 @@ STATE_SCHEMA = "replica string"
 ENVELOPE = ["offset", "timestamp", "type", "version", "source_id", "destination_id", "correlation_id"]
 ANOMALIES = "anomalies"  # shared with the controller query, which writes its own kinds: written apart
 STATE_TABLES = tuple(n for n in tables_of("quorum", "state") if n != ANOMALIES)
+# A quorum is a handful of replicas, a few messages each per second: one task holds them all, and the
+# micro-batches (as many as the controller's, mostly without quorum traffic) pay one state store, not one
+# per shuffle partition.
+STATE_PARTITIONS = 1
 
 
 def checkpoint_of(controller_checkpoint: str) -> str:
@@ -141,7 +145,7 @@ def start_quorum(warehouse: Warehouse, checkpoint: str, once: bool, properties: 
     present = {f.name for f in metadata_log_schema()}
     columns = ENVELOPE + sorted(t for t in QUORUM_TRAFFIC if t in present)
     source = warehouse.read_stream("metadata_log", max_records_per_batch=max_records_per_batch, columns=columns,
-                                   types=sorted(QUORUM_TRAFFIC))
+                                   types=sorted(QUORUM_TRAFFIC), skip_empty=True)
     outputs = (traffic(source).groupBy("destination_id")
                .applyInPandasWithState(replica_function(properties), OUTPUT_SCHEMA, STATE_SCHEMA, "append",
                                        GroupStateTimeout.NoTimeout))
@@ -151,7 +155,7 @@ def start_quorum(warehouse: Warehouse, checkpoint: str, once: bool, properties: 
         write_quorum_outputs(warehouse, rows, txn)
 
     return start_sink(outputs, "quorum", checkpoint_of(checkpoint), once, trigger_interval_ms, write,
-                      warehouse.storage_options)
+                      warehouse.storage_options, state_partitions=STATE_PARTITIONS)
 
 
 __all__ = ["checkpoint_of", "start_quorum", "traffic", "write_quorum_anomalies", "write_quorum_outputs"]

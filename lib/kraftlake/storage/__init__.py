@@ -144,13 +144,15 @@ class Warehouse(DeltaRsTables):
     def read_stream(
         self, name: str, max_records_per_batch: int | None = None, max_files_per_trigger: int | None = None,
         columns: list[str] | None = None, types: list[str] | None = None, json_payload: list[str] | None = None,
+        skip_empty: bool = False,
     ) -> DataFrame:
         """A stream of the table's rows; each engine bounds micro-batches its own way (see ``native``):
         delta-rs by rows of the ``offset`` column, native by files. ``columns``: read only these (a query
         that needs a few columns of a wide table then reads only their Parquet column chunks); ``types``:
         only rows whose ``type`` is one of these (filtered before they reach Spark); ``json_payload``
         (delta-rs): these struct columns reach Spark as one string column ``payload``, each row's value
-        as JSON (the native engine gives the struct columns themselves)."""
+        as JSON (the native engine gives the struct columns themselves); ``skip_empty`` (delta-rs, with
+        ``types``): no micro-batch for rows none of which is of ``types``."""
         spark = self._session()
         if self.engine == NATIVE:
             from kraftlake.storage import native
@@ -176,6 +178,8 @@ class Warehouse(DeltaRsTables):
             reader = reader.option("maxRecordsPerBatch", max_records_per_batch)
         if types is not None:
             reader = reader.option("typeIn", ",".join(types))
+            if skip_empty:
+                reader = reader.option("skipEmptyBatches", "true")
         if json_payload:
             reader = reader.option("jsonPayload", ",".join(json_payload))
         if columns is not None or json_payload:  # the source reads the columns of the schema it is given

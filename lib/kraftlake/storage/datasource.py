@@ -186,6 +186,12 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # rows of other types never leave Python for Spark: a query that wants a few kinds of a long
         # log (the quorum's traffic) does not pay for converting the rest
         self.types = None if types is None else types.split(",")
+        # ``skipEmptyBatches``: no micro-batch at all for a range holding no row of ``typeIn``. Each micro-batch
+        # costs its stateful stage's tasks and state store commits however few rows it has, and most of a log
+        # holds no quorum traffic. (start, through] of the last range found empty, so that a log growing
+        # without such rows is read once, not again at every trigger.
+        self.skip_empty = self.types is not None and options.get("skipEmptyBatches") == "true"
+        self.empty: tuple[int, int] | None = None
         self.available_now = False
         self.target: int | None = None
 
@@ -225,13 +231,27 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = self.target if self.available_now else self._max(table)
         if latest is None or latest <= after:
             return start
+        first = after
+        if self.skip_empty:
+            first = self._before_first_wanted(table, after, latest)
+            if first is None:
+                return start
         if isinstance(limit, ReadMaxRows):
-            nth = nth_value_after(table, self.column, after, limit.max_rows)
+            nth = nth_value_after(table, self.column, first, limit.max_rows)
             if nth is not None:
                 latest = min(latest, batch_end(table, self.column, nth) if self.batched else nth)
         elif not isinstance(limit, ReadAllAvailable):
             raise ValueError(f"{NAME} supports ReadAllAvailable and ReadMaxRows limits, not {limit!r}")
         return {"offset": latest}
+
+    def _before_first_wanted(self, table: DeltaTable, after: int, latest: int) -> int | None:
+        """The offset just before the first row of ``typeIn`` in (after, latest] (None: there is none there)."""
+        lo = self.empty[1] if self.empty is not None and self.empty[0] == after else after
+        found = read_range(table, self.column, lo, latest, [self.column], self._only()).column(self.column)
+        if len(found) == 0:
+            self.empty = (after, latest)
+            return None
+        return found[0].as_py() - 1
 
     def reportLatestOffset(self) -> dict | None:
         latest = self._max(self._table())

@@ -1,0 +1,125 @@
+"""The restart: how long a controller killed with SIGKILL takes, started again, to commit its first micro-batch.
+
+    ./spark-submit.sh jobs/bench.py --restart --restart-count 5 --restart-partitions 100000
+
+A warehouse of the soak's simulated cluster (``--soak-brokers`` brokers, ``--restart-partitions`` in topics of
+10) is fed ``--restart-rows`` requests at a time (``sim.cluster_traffic.write_requests``). Once every topic is
+created, the controller replays what is there (``jobs/controller.py --once``, as a process). Then, for each
+further chunk, the continuous controller is started as the soak starts it (``soak.Controller``) and killed
+with SIGKILL as soon as its first micro-batch is committed (its checkpoint's ``commits`` file). Each start
+is split where the job says so on stderr (``Spark session ready``, ``queries started``) and at the commit,
+all timed from the moment the process was started. The first continuous start follows a clean exit, not a
+kill: it is reported apart.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from kraftlake.cli.runtime import kafka_configs
+from kraftlake.sim.cluster import ClusterSimulator, SimulationOptions
+from kraftlake.sim.cluster_traffic import Written, write_requests
+from kraftlake.storage import DeltaRsTables
+
+from benchmarks.soak import CONTROLLER_JOB, REPO, Controller, committed_batch
+from benchmarks.stats import log, percentile
+
+POLL_S = 0.05
+# what the continuous controller says on stderr as it starts (``cli.controller``, ``controller_query.run``)
+MARKS = {"session_s": "] Spark session ready", "queries_s": "] queries started"}
+TIMEOUT_S = 600.0
+
+
+def _seen(log_path: Path, since: int, found: dict[str, float], started: float) -> None:
+    """Times (from ``started``) of the start lines that have appeared in the log after byte ``since``."""
+    with log_path.open("rb") as handle:
+        handle.seek(since)
+        text = handle.read().decode(errors="replace")
+    now = time.monotonic() - started
+    for key, mark in MARKS.items():
+        if key not in found and mark in text:
+            found[key] = now
+
+
+def one_start(controller: Controller, checkpoint: Path) -> dict[str, float]:
+    """Start the controller, wait for its first committed micro-batch, kill it: the times from its start."""
+    before = committed_batch(checkpoint)
+    since = controller.log_path.stat().st_size if controller.log_path.exists() else 0
+    controller.start()
+    started = controller.starts[-1]
+    found: dict[str, float] = {}
+    while committed_batch(checkpoint) <= before:
+        ended = controller.process.poll() is not None
+        if ended or time.monotonic() - started > TIMEOUT_S:
+            if not ended:
+                controller.kill()
+            raise RuntimeError(f"the controller committed no micro-batch within {TIMEOUT_S:.0f} s of its start "
+                               f"(exit code {controller.process.returncode}); see {controller.log_path}")
+        _seen(controller.log_path, since, found, started)
+        time.sleep(POLL_S)
+    found["first_batch_s"] = time.monotonic() - started
+    controller.kill()
+    _seen(controller.log_path, since, found, started)
+    return {key: round(found[key], 2) for key in ("session_s", "queries_s", "first_batch_s") if key in found}
+
+
+def measure_restart(config: Any, work: Path, args: Any) -> dict:
+    partitions, chunk, count = args.restart_partitions, args.restart_rows, args.restart_count
+    root = work / "restart-warehouse"
+    shutil.rmtree(root, ignore_errors=True)
+    tables = DeltaRsTables(str(root))
+    checkpoint = root / "_checkpoints" / "controller"
+    options = SimulationOptions(brokers=args.soak_brokers, topics=max(1, partitions // 10), partitions_per_topic=10)
+    simulator = ClusterSimulator(options, kafka_configs(config))
+    overrides = [f"kraftlake.controller.max.records.per.batch={args.soak_batch}", *args.override]
+    command = [str(REPO / "spark-submit.sh"), "--driver-memory", args.soak_driver_memory,
+               str(REPO / CONTROLLER_JOB), "--warehouse", str(root), "--shards", str(args.shards),
+               *sum((["--override", o] for o in overrides), [])]
+    controller = Controller(command, work / "restart-controller.log")
+    replay = Controller(command + ["--once"], work / "restart-controller.log")
+    starts: list[dict[str, float]] = []
+    prepared: dict[str, Any] = {}
+
+    class Done(Exception):
+        """Every start measured: no more requests wanted."""
+
+    def on_chunk(written: Written) -> None:
+        if not prepared:
+            if simulator.sent["CreateTopicsRequest"] < options.topics:
+                return
+            log(f"restart: {written.requests:,} requests ingested, every topic created; replaying them (--once)")
+            began = time.monotonic()
+            replay.start()
+            code = replay.process.wait()
+            if code != 0:
+                raise RuntimeError(f"the controller's replay ended with exit code {code}; see {replay.log_path}")
+            prepared.update(requests=written.requests, replay_s=round(time.monotonic() - began, 1))
+            log(f"restart: replayed in {prepared['replay_s']} s")
+            return
+        starts.append(one_start(controller, checkpoint))
+        log(f"restart {len(starts) - 1}: {starts[-1]}")
+        if len(starts) > count:
+            raise Done
+
+    loads = [os.getloadavg()]
+    try:  # as many requests as it takes: the simulator makes them as they are read
+        write_requests(tables, simulator, 1 << 40, "restart", chunk, on_chunk=on_chunk)
+    except Done:
+        pass
+    loads.append(os.getloadavg())
+    after_kill = starts[1:count + 1]
+    summary = {key: {"p50": round(percentile([s[key] for s in after_kill], 50), 2),
+                     "max": max(s[key] for s in after_kill)}
+               for key in ("session_s", "queries_s", "first_batch_s") if all(key in s for s in after_kill)}
+    return {"partitions": options.topics * options.partitions_per_topic, "brokers": options.brokers,
+            "shards": args.shards, "requests_per_restart": chunk, "max_records_per_batch": args.soak_batch,
+            "driver_memory": args.soak_driver_memory, "prepared": prepared, "restart_s": summary.get("first_batch_s"),
+            "split_s": summary, "after_clean_stop": starts[0], "after_sigkill": after_kill,
+            "load_average": [[round(x, 2) for x in load] for load in loads]}
+
+
+__all__ = ["measure_restart", "one_start"]
