@@ -286,7 +286,7 @@ def run_controller(warehouse: Warehouse, checkpoint: Path, shards: int, max_reco
 
 def controller_command(warehouse: Path, batch: int) -> list[str]:
     return [sys.executable, "jobs/controller.py", "--warehouse", str(warehouse), "--once",
-            "--max-records-per-batch", str(batch), "--shards", "2", "--override", "spark.master=local[1,4]",
+            "--max-records-per-batch", str(batch), "--shards", "2", "--override", "spark.master=local[2,4]",
             "--override", "spark.sql.shuffle.partitions=2"]
 
 

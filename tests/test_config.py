@@ -122,7 +122,7 @@ def test_defaults_have_kafka_names_and_values() -> None:
     spark = dict(c.subset("spark."))
     assert spark.pop("spark.redaction.regex")  # what it covers: test_datasource
     assert spark == {
-        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.shuffle.partitions": "2",
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.enabled": "false",
         "spark.sql.execution.arrow.pyspark.enabled": "true",

@@ -1,6 +1,7 @@
 """A job in local mode listens on loopback only: its driver's RPC and block manager, and Spark's web UI
 when enabled, have no authentication by default, so every interface would expose them to the network
-(issue 28, point 7). Both ways a job starts: plain python, and through spark-submit.sh."""
+(issue 28, point 7). Both ways a job starts: plain python, and through spark-submit.sh. Either way a failed
+task is retried, as on a cluster, and plain python takes the master its config names."""
 
 from __future__ import annotations
 
@@ -16,11 +17,14 @@ REPO = Path(__file__).resolve().parent.parent
 
 # A job's first steps (the session every job gets, with the web UI on), then it waits to be inspected.
 JOB = """
-import time
+import sys, time
 from kraftlake.metadata.config import load_layers
 from kraftlake.spark.session import get_spark
-spark = get_spark(load_layers(None, [({"spark.ui.enabled": "true"}, "test")]), "binding-test")
+settings = {"spark.ui.enabled": "true", **dict(a.split("=", 1) for a in sys.argv[1:])}
+spark = get_spark(load_layers(None, [(settings, "test")]), "binding-test")
 spark.range(4).count()
+context = spark.sparkContext
+print("master", context.master, context._jsc.sc().taskScheduler().maxTaskFailures(), flush=True)
 print("session ready", flush=True)
 time.sleep(600)
 """
@@ -33,7 +37,9 @@ def test_a_local_session_listens_on_loopback_only(tmp_path: Path, launcher: str)
     env.update(PYTHONPATH=str(REPO / "lib"), PYSPARK_PYTHON=sys.executable)
     job = tmp_path / "job.py"
     job.write_text(JOB)
-    command = [sys.executable, str(job)] if launcher == "python" else [str(REPO / "spark-submit.sh"), str(job)]
+    # plain python: the config's master (the JVM's launcher sets local[*] of its own, which must not win)
+    command = [sys.executable, str(job), "spark.master=local[1,3]"] if launcher == "python" else \
+        [str(REPO / "spark-submit.sh"), str(job)]
     log = tmp_path / "job.log"
     process = start(command, log, env, cwd=REPO)
     try:
@@ -44,3 +50,5 @@ def test_a_local_session_listens_on_loopback_only(tmp_path: Path, launcher: str)
     # the driver's RPC endpoint, its block manager and the web UI at least
     assert len(addresses) >= 3, addresses
     assert sorted(a for a in addresses if not a.startswith("127.0.0.1:")) == []
+    expected = "master local[1,3] 3" if launcher == "python" else "master local[*,4] 4"
+    assert expected in log.read_text().splitlines(), log.read_text()[-2000:]

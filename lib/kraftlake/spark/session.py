@@ -49,7 +49,9 @@ def get_spark(config: Config, app_name: str) -> SparkSession:
     if library not in paths and os.path.isdir(library):
         os.environ["PYTHONPATH"] = os.pathsep.join([library, *paths])
 
-    if "PYSPARK_GATEWAY_PORT" not in os.environ and "--master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+    launched_here = "PYSPARK_GATEWAY_PORT" not in os.environ and "--master" not in os.environ.get(
+        "PYSPARK_SUBMIT_ARGS", "")
+    if launched_here:
         # plain `python jobs/x.py`: this process starts the JVM, in local mode; its web UI (when enabled)
         # binds SPARK_LOCAL_IP, else every interface
         os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
@@ -63,10 +65,15 @@ def get_spark(config: Config, app_name: str) -> SparkSession:
     submitted_name = submitted.get("spark.app.name", None)
     if submitted_name in (None, "pyspark-shell", os.path.basename(sys.argv[0] or "")):
         builder = builder.appName(app_name)
-    if not submitted.contains("spark.master"):
-        builder = builder.master(LOCAL_MASTER)
     settings = dict(config.subset("spark."))
-    if submitted.get("spark.master", LOCAL_MASTER).startswith("local"):
+    if launched_here or not submitted.contains("spark.master"):
+        # The JVM this process launched holds its launcher's default master (local[*]: one attempt per
+        # task), which nobody chose: the config's (--override spark.master=...) or LOCAL_MASTER wins.
+        master = settings.pop("spark.master", LOCAL_MASTER)
+        builder = builder.master(master)
+    else:
+        master = submitted.get("spark.master")
+    if master.startswith("local"):
         # Local mode talks to nobody else: its driver (RPC and block manager, unauthenticated by default)
         # listens on loopback, not on every interface, unless the user sets these.
         for key in LOCAL_ADDRESSES:
