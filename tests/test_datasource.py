@@ -232,6 +232,28 @@ def test_storage_credentials_never_show_in_plans(warehouse: Warehouse, spark: Sp
         assert frame.count() == 2
 
 
+def test_starting_a_stream_changes_nothing_in_the_registered_source_s_environment(
+    warehouse: Warehouse, spark: SparkSession, tmp_path: Path
+) -> None:
+    """Each stream's start writes its worker settings into the registered source's environment, one
+    java.util.HashMap all the source's queries share and serialise into their tasks: two starting at
+    once inserted into it from two threads, and both queries' tasks then failed to deserialise on every
+    attempt (java.io.OptionalDataException). Registering puts those settings there first, so a start
+    only rewrites equal values; a Spark that adds another would fail here."""
+    from kraftlake.storage import datasource
+
+    append_chunks(warehouse, [[0, 1, 2]])
+    datasource._registered.discard(spark)
+    datasource.register(spark)  # a new registration: a new environment, no stream started over it yet
+    registered = spark._jsparkSession.sessionState().dataSourceManager().lookupDataSource(datasource.NAME)
+    environment = registered.dataSourceCls().envVars()
+    before = dict(environment)
+    assert [(b, offsets) for b, offsets in run_available_now(warehouse.read_stream("metadata_log"),
+                                                             tmp_path / "checkpoint")] == [(0, [0, 1, 2])]
+    assert dict(environment) == before
+    assert "SPARK_PYTHON_RUNTIME" in before
+
+
 def test_the_default_redaction_pattern_covers_every_credential_key(spark: SparkSession) -> None:
     """Spark settings that carry credentials (spark.executorEnv.AZURE_STORAGE_ACCOUNT_KEY, ...) are shown
     redacted in the UI and event logs when their key matches spark.redaction.regex: ours covers

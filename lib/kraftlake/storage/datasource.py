@@ -471,4 +471,29 @@ def register(spark: SparkSession) -> None:
     """Registers ``kraftlake_delta`` in ``spark`` (once: the class is pickled and shipped per registration)."""
     if spark not in _registered:
         spark.dataSource.register(KraftlakeDeltaSource)
+        _settle_stream_worker_env(spark)
         _registered.add(spark)
+
+
+def _settle_stream_worker_env(spark: SparkSession) -> None:
+    """Adds to the registered source's environment the keys every streaming query's start adds to it.
+
+    Spark 4.2's ``PythonStreamingSourceRunner.init`` puts four keys into the registered function's own
+    environment map, a plain ``java.util.HashMap`` that every query over this source shares and that
+    each of their tasks serialises. Two queries starting at once (the controller and the quorum query)
+    insert the same new keys from two threads: the map can end up counting a different number of
+    entries than it holds, and from then on it serialises into a stream no task can read
+    (``java.io.OptionalDataException`` on every attempt of both queries' first tasks). With the keys
+    present, and the values the runner computes, its puts only replace a value with an equal one.
+    """
+    jvm = spark.sparkContext._jvm
+    env = jvm.org.apache.spark.SparkEnv.get()
+    source = spark._jsparkSession.sessionState().dataSourceManager().lookupDataSource(NAME)
+    settings = source.dataSourceCls().envVars()
+    config = getattr(getattr(jvm.org.apache.spark.internal.config, "package$"), "MODULE$")
+    local_dirs = env.blockManager().diskBlockManager().localDirs()
+    settings.put("SPARK_LOCAL_DIRS", ",".join(local_dirs[i].getPath() for i in range(len(local_dirs))))
+    settings.put("SPARK_AUTH_SOCKET_TIMEOUT",
+                 str(env.conf().get(jvm.org.apache.spark.internal.config.Python.PYTHON_AUTH_SOCKET_TIMEOUT())))
+    settings.put("SPARK_BUFFER_SIZE", str(env.conf().get(config.BUFFER_SIZE())))
+    settings.put("SPARK_PYTHON_RUNTIME", "PYTHON_WORKER")
