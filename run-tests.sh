@@ -5,6 +5,8 @@
 #   ./run-tests.sh -q                          # everything under tests/
 #   ./run-tests.sh -q -k config                # select by name
 #   ./run-tests.sh tests/test_config.py -x     # only the given paths
+#   ./run-tests.sh -q -m "not slow"            # without the tests of whole jobs and restarts (minutes)
+#   KRAFTLAKE_TEST_WORKERS=0 ./run-tests.sh    # one process (pdb, -s); the default is 2
 #
 # A run that collects no test (pytest exit 5) fails: a green run must have tested something.
 set -euo pipefail
@@ -29,8 +31,18 @@ for a in "$@"; do
     fi
 done
 
+# Two test processes by default (KRAFTLAKE_TEST_WORKERS; 0: one, in this process, as a debugger needs): the
+# suite mostly waits on JVM starts and micro-batches, so the second keeps the cores busy. The tests marked
+# slow go first (tests/conftest.py), handed out one at a time, so none is left running alone at the end.
+workers=(-n "${KRAFTLAKE_TEST_WORKERS:-2}" --dist load --maxschedchunk 1)
+for a in "$@"; do
+    if [[ "$a" == -n* || "$a" == --numprocesses* ]]; then
+        workers=()
+    fi
+done
+
 set +e
-"$KL_PY" -m pytest -rs "${targets[@]+"${targets[@]}"}" "$@"  # -rs: a skipped test says why
+"$KL_PY" -m pytest -rs "${workers[@]+"${workers[@]}"}" "${targets[@]+"${targets[@]}"}" "$@"  # -rs: a skipped test says why
 rc=$?
 set -e
 if (( rc == 5 )); then

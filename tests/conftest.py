@@ -1,5 +1,5 @@
-"""Shared fixtures: one SparkSession for the whole run (starting Spark costs seconds, a test
-should cost milliseconds) and the location of the real Kafka logs."""
+"""Shared fixtures: one SparkSession per test process (starting Spark costs seconds, a test should cost
+milliseconds) and the location of the real Kafka logs; the ``slow`` tests first."""
 
 from __future__ import annotations
 
@@ -18,6 +18,16 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 LIB = REPO_ROOT / "lib"
 if str(LIB) not in sys.path:
     sys.path.insert(0, str(LIB))  # `pytest` straight from the venv works too, not only ./run-tests.sh
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: runs whole jobs or restarts them (half a minute or more)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests first: dealt in turn to the test processes (run-tests.sh), they overlap each other
+    and the quick ones fill the gaps, rather than one of them running alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: the file order otherwise
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from benchmarks import stats, suite
 from benchmarks.memory import job_root, roles_of
 
@@ -54,6 +56,7 @@ def test_memory_roles_of_a_driver_that_spark_submit_started(tmp_path):
         parent.wait(30)
 
 
+@pytest.mark.slow
 def test_quick_run_writes_every_section_and_a_png(spark, tmp_path):
     bench = suite
     report_path, chart_path = tmp_path / "report.json", tmp_path / "bench.png"

@@ -8,6 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
@@ -73,6 +74,7 @@ def committed_offset_of(checkpoint: Path, batch: int) -> int | None:
 
 
 @settings(max_examples=2, deadline=None)
+@pytest.mark.slow
 @given(seed=st.integers(0, 2**32 - 1), limit=st.integers(2, 12), batch_records=st.integers(2, 12),
        shards=st.integers(1, 3))
 def test_generated_logs_in_record_batches_in_any_micro_batches_equal_the_core(

@@ -65,6 +65,7 @@ def assert_same_warehouse(cluster_side: Warehouse, local: Warehouse) -> None:
         assert actual[name] == expected[name], f"table {name} differs from the local-mode run"
 
 
+@pytest.mark.slow
 def test_jobs_on_a_standalone_cluster_equal_local_mode(spark_cluster, spark, tmp_path: Path,  # noqa: ANN001
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     log_dir, what_if = write_sample(tmp_path / "sample")

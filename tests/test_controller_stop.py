@@ -93,6 +93,7 @@ def _assert_stopped_cleanly(run: Run, code: int) -> None:
     assert wait_for(lambda: not _group_alive(run.process.pid), 60), "processes left in the launcher's group"
 
 
+@pytest.mark.slow
 def test_sigterm_while_starting_mid_batch_and_idle_stops_cleanly(warehouse: Path, tmp_path: Path) -> None:
     tables = DeltaRsTables(str(warehouse))
     end = tables.max_value("metadata_log", "offset")

@@ -152,6 +152,7 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the workers through /proc")
 def test_a_killed_ingest_leaves_no_worker_and_runs_again_exact(tmp_path):
     logs, sizes = [], []

@@ -244,8 +244,9 @@ def test_an_object_store_warehouse_that_cannot_be_used(s3_server, tmp_path: Path
     cases = [
         ([f"--override=kraftlake.storage.aws_endpoint_url={s3_server.endpoint}", *endpoint],
          "NoSuchBucket: The specified bucket does not exist"),
-        (["--override=kraftlake.storage.aws_endpoint_url=http://127.0.0.1:9", *endpoint],  # nothing listens there
-         "Failed to connect to 127.0.0.1:9"),
+        # nothing listens there; one retry, not object_store's 10 over about a minute of backoff
+        (["--override=kraftlake.storage.aws_endpoint_url=http://127.0.0.1:9", "--override=kraftlake.storage.max_retries=1",
+          *endpoint], "Failed to connect to 127.0.0.1:9"),
         ([f"--override=kraftlake.storage.aws_endpoint_url={s3_server.endpoint}",
           "--override=kraftlake.storage.aws_allow_http=true", "--override=kraftlake.storage.aws_region=us-east-1"],
          "no credentials found: set kraftlake.storage.aws_access_key_id and aws_secret_access_key"),

@@ -57,6 +57,7 @@ def test_s3a_checkpoints_without_hadoop_aws_are_refused_with_the_remedy(s3_serve
     assert "s3a://" in error and "hadoop-aws" in error and "kraftlake.checkpoints" in error
 
 
+@pytest.mark.slow
 def test_controller_killed_and_restarted_with_the_warehouse_on_s3(s3_server, tmp_path: Path) -> None:  # noqa: ANN001
     log = generate_log(seed=8, size=40)
     root = f"s3://{s3_server.bucket()}/killed"

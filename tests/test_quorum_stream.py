@@ -137,6 +137,7 @@ def test_the_kip_595_drafts_bootstrapping_example_through_the_streaming_job(spar
     assert {r["cluster_id"] for r in tables["quorum_state"]} == {result.cluster_ids[0]}
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_then_restart_keeps_the_quorum_tables_exact(spark, tmp_path):
     killed = tmp_path / "killed"
     warehouse = Warehouse(str(killed), spark=spark)

@@ -6,6 +6,8 @@ test), never computed by the code under test. Jitter is 0 so timeouts land on ex
 
 from __future__ import annotations
 
+import pytest
+
 from kraftlake.raft.node import CANDIDATE, FOLLOWER, LEADER, RESIGNED, UNATTACHED, VOTED, RaftNode, message
 from kraftlake.raft.config import RaftConfig
 
@@ -415,6 +417,7 @@ def _sim_config(voters: int, broken: bool = False, observers: int = 0, alter_eve
     return dataclasses.replace(base, raft=dataclasses.replace(base.raft, unsafe_grant_any_vote=broken))
 
 
+@pytest.mark.slow
 def test_simulated_quorums_keep_raft_safety_over_hundreds_of_seeds():
     from collections import Counter
 

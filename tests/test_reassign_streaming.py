@@ -251,6 +251,7 @@ def _end_offset(checkpoint: Path, batch: int) -> int:
     return json.loads(last)["offset"]
 
 
+@pytest.mark.slow
 def test_sigkill_in_the_middle_of_a_reassignment_then_restart(spark: SparkSession, tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     log, at = kill_log()
@@ -301,6 +302,7 @@ def test_sigkill_in_the_middle_of_a_reassignment_then_restart(spark: SparkSessio
 
 # --- 3. jobs/reassign.py end to end --------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_reassign_tool_end_to_end(spark: SparkSession, tmp_path: Path,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "warehouse"

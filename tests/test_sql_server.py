@@ -47,6 +47,7 @@ def spark_rows(spark, root: str, statement: str) -> list[list[str]]:  # noqa: AN
     return [["" if v is None else str(v) for v in row] for row in rows]
 
 
+@pytest.mark.slow
 def test_the_sql_server_answers_beeline_sees_new_commits_listens_on_loopback_and_stops(spark, fixtures_dir,
                                                                                        tmp_path) -> None:  # noqa: ANN001
     root = str(tmp_path / "w")

@@ -13,6 +13,8 @@ import termios
 import time
 from pathlib import Path
 
+import pytest
+
 from kraftlake.storage import Warehouse
 from kraftlake.storage.ingest import ingest_source
 from servers import child_pids, stop, wait_for
@@ -52,6 +54,7 @@ class Terminal:
         os.write(self.master, keys.encode())
 
 
+@pytest.mark.slow
 def test_the_shell_edits_continues_cancels_remembers_and_quits(fixtures_dir, tmp_path) -> None:  # noqa: ANN001
     root = str(tmp_path / "w")
     ingest_source(Warehouse(root), str(fixtures_dir / SHUTDOWN / "__cluster_metadata-0"))

@@ -122,6 +122,7 @@ def assert_matches_the_generator(tables: dict[str, list[dict]], log: GeneratedLo
     assert partitions == log.partitions
 
 
+@pytest.mark.slow
 def test_one_record_per_batch_equals_one_batch_and_the_core(spark: SparkSession, tmp_path: Path) -> None:
     log = generate_log(seed=445, size=28)  # a small log (33 rows) that covers the cases below
     kinds = {e["type"] for e in log.events}
@@ -151,6 +152,7 @@ EXAMPLES = settings(max_examples=STREAMING_EXAMPLES, derandomize=True, database=
 
 
 @EXAMPLES
+@pytest.mark.slow
 @given(seed=st.integers(0, 2**32 - 1), size=st.integers(30, 120), batches=st.integers(1, 5),
        shards=st.integers(1, 4))
 def test_random_logs_in_random_batches_equal_the_core(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory,
@@ -171,6 +173,7 @@ def test_random_logs_in_random_batches_equal_the_core(spark: SparkSession, tmp_p
 
 
 @EXAMPLES
+@pytest.mark.slow
 @given(seed=st.integers(0, 2**32 - 1), size=st.integers(150, 300), batches=st.integers(1, 5),
        shards=st.integers(1, 4))
 def test_random_request_logs_in_random_batches_decide_as_the_core(
@@ -264,6 +267,7 @@ def _sink_ahead_of_checkpoint(warehouse: Path, checkpoint: Path) -> bool:
     return any((tables.txn_version(name, app_id) or -1) > done[-1] for name in TABLES if tables.exists(name))
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_twice_then_restart_ends_as_an_uninterrupted_run(spark: SparkSession, tmp_path: Path) -> None:
     log = generate_log(seed=3, size=KILL_LOG_SIZE)
     source = write_jsonl(log.events, tmp_path / "log.jsonl")
