@@ -26,7 +26,7 @@ from kraftlake.sim.sample import write_sample
 from kraftlake.storage import Warehouse
 from kraftlake.storage.ingest import ingest
 from servers import start, stop, wait_for
-from streaming_helpers import REPO_ROOT, run_controller, sorted_rows
+from streaming_helpers import REPO_ROOT, run_controller, sorted_rows, why_failed
 
 SHARDS = 4  # kraftlake.shards' default, which the submitted jobs use
 
@@ -110,7 +110,7 @@ def test_jobs_on_a_standalone_cluster_equal_local_mode(spark_cluster, spark, tmp
                                 or controller.poll() is not None, 180, every=0.5)
             times[f"continuous: {part.name} ingested to answered"] = time.monotonic() - fed
             assert answered and controller.poll() is None, \
-                f"no answers from the running controller:\n{log.read_text()[-4000:]}"
+                f"no answers from the running controller:\n{why_failed(log.read_text())}"
     finally:
         stop(controller)
 

@@ -26,7 +26,7 @@ from kraftlake.sim.cluster_traffic import write_requests
 from kraftlake.storage import DeltaRsTables
 from kraftlake.storage.lease import Lease
 from servers import _group_alive, start, stop, wait_for
-from streaming_helpers import REPO_ROOT
+from streaming_helpers import REPO_ROOT, why_failed
 
 EVENTS = 4000
 BATCH = 250  # log rows per micro-batch: many batches, so that one is easily caught in flight
@@ -54,8 +54,8 @@ class Run:
 
     def wait(self, condition, what: str) -> None:
         assert wait_for(lambda: condition() or self.process.poll() is not None, STARTUP_S, every=0.02), \
-            f"never {what}:\n{self.log.read_text()[-3000:]}"
-        assert self.process.poll() is None, f"ended before {what}:\n{self.log.read_text()[-3000:]}"
+            f"never {what}:\n{why_failed(self.log.read_text())}"
+        assert self.process.poll() is None, f"ended before {what}:\n{why_failed(self.log.read_text())}"
 
     def committed_offset(self) -> int:
         done = _numbers(self.checkpoint / "commits")
