@@ -58,8 +58,9 @@ def compact_events(events: Sequence[dict], schema: pa.Schema) -> pa.RecordBatch:
 
 def widen(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     """``batch`` (``schema``'s columns, some left out) in the whole ``schema``: the others all null."""
+    present = set(batch.schema.names)
     return pa.RecordBatch.from_arrays(
-        [batch.column(f.name) if f.name in batch.schema.names else pa.nulls(batch.num_rows, f.type) for f in schema],
+        [batch.column(f.name) if f.name in present else pa.nulls(batch.num_rows, f.type) for f in schema],
         schema=schema)
 
 
