@@ -23,20 +23,20 @@ export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$KL_PY}"
 export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$KL_PY}"
 
 # Run all of tests/ unless paths were named (passing `tests` as well would run everything).
+# Two test processes unless -n was given (KRAFTLAKE_TEST_WORKERS; 0: one, in this process, as a debugger
+# needs): the suite mostly waits on JVM starts and micro-batches, so the second keeps the cores busy. The
+# tests marked slow go first (tests/conftest.py), handed out one at a time, so none is left running alone at
+# the end.
 targets=(tests)
+workers=(-n "${KRAFTLAKE_TEST_WORKERS:-2}" --dist load --maxschedchunk 1)
 for a in "$@"; do
     if [[ "$a" != -* && -e "${a%%::*}" ]]; then
         targets=()
-        break
-    fi
-done
-
-# Two test processes by default (KRAFTLAKE_TEST_WORKERS; 0: one, in this process, as a debugger needs): the
-# suite mostly waits on JVM starts and micro-batches, so the second keeps the cores busy. The tests marked
-# slow go first (tests/conftest.py), handed out one at a time, so none is left running alone at the end.
-workers=(-n "${KRAFTLAKE_TEST_WORKERS:-2}" --dist load --maxschedchunk 1)
-for a in "$@"; do
-    if [[ "$a" == -n* || "$a" == --numprocesses* ]]; then
+    elif [[ "$a" != -* && ( "$a" == */* || "$a" == *.py* ) ]]; then
+        # pytest-xdist's processes would drop pytest's own "not found" and report no tests collected
+        echo "run-tests.sh: no such test file or directory: ${a%%::*}" >&2
+        exit 2
+    elif [[ "$a" == -n* || "$a" == --numprocesses* ]]; then
         workers=()
     fi
 done
