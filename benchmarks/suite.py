@@ -22,10 +22,12 @@ Sections of the report (docs/performance.md says what each number means):
   with SIGKILL at intervals, its tables checked against one replay by the core, its memory sampled;
 - ``restart`` (``--restart`` alone): the continuous controller over ``--restart-partitions`` partitions killed
   with SIGKILL right after its first committed micro-batch, ``--restart-count`` times: from its process start
-  to the Spark session, the queries started and the first micro-batch committed (p50 / max).
+  to the Spark session, the queries started and the first micro-batch committed (p50 / max);
+- ``scale_out`` (``--scale-out`` alone, added to the ``--report`` file): ingest and replay of one log on a
+  standalone cluster of one one-core worker, then two, and the replay's time split from Spark's event log.
 
-Everything runs in one process on the same machine, so ratios between numbers mean something even
-where absolute times on a shared machine are noisy.
+Everything but the soak, the restart and the scale-out runs in one process on the same machine, so ratios
+between numbers mean something even where absolute times on a shared machine are noisy.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from benchmarks.core import (core_replay_chunked, decode_all, measure_failover, 
                              simulated_requests, state_sizes)
 from benchmarks.memory import PeakMemory, job_root, roles_of
 from benchmarks.restart import measure_restart
+from benchmarks.scale_out import measure_scale_out
 from benchmarks.soak import measure_soak, replay_once, table_multisets
 from benchmarks.stats import chunks, log, timed
 
@@ -231,6 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restart-count", type=int, default=5, help="restarts after a SIGKILL to time")
     parser.add_argument("--restart-partitions", type=int, default=100_000, help="partitions of the warehouse")
     parser.add_argument("--restart-rows", type=int, default=1_000, help="requests appended before each start")
+    parser.add_argument("--scale-out", action="store_true",
+                        help="only the scale-out run: ingest and replay on a standalone cluster of 1, then 2 one-core "
+                             "workers; adds \"scale_out\" to --report, keeping what it holds")
+    parser.add_argument("--scale-out-events", type=int, default=2_000_000, help="events of its log")
+    parser.add_argument("--scale-out-partitions", type=int, default=200_000, help="in topics of 1,000 partitions")
     parser.add_argument("--fixtures", default=str(Path(__file__).resolve().parent.parent.parent / "shared" /
                                                   "fixtures" / "kafka-logs"))
     parser.add_argument("--report", default="bench-report.json")
@@ -262,6 +270,20 @@ def main(argv: list[str] | None = None) -> int:
         report = {"machine": report["machine"], "restart": measure_restart(config, work, args)}
         Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
         print(json.dumps(report, indent=2))
+        return 0
+    if args.scale_out:
+        log_dir = work / "scale-out" / "__cluster_metadata-0"
+        shutil.rmtree(log_dir.parent, ignore_errors=True)
+        count, size = write_log_streaming(log_dir, generate(
+            args.scale_out_events, brokers=args.brokers, topics=max(1, args.scale_out_partitions // 1000),
+            partitions_per_topic=1000), meter=meter(config, "bench generate", "events", args.scale_out_events))
+        log(f"scale-out: {count:,} events, {size / 1e6:,.0f} MB")
+        path = Path(args.report)
+        report = json.loads(path.read_text()) if path.exists() else {"machine": report["machine"]}
+        report["scale_out"] = {"events": count, "partitions": args.scale_out_partitions, "shards": args.shards,
+                               **measure_scale_out(work, log_dir, args)}
+        path.write_text(json.dumps(report, indent=2) + "\n")
+        print(json.dumps(report["scale_out"], indent=2))
         return 0
     if args.target:
         requests = sizes["target_requests"] if args.target_requests is None else args.target_requests

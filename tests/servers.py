@@ -1,8 +1,8 @@
 """Servers the tests start on 127.0.0.1, each in its own process group, stopped by that group's id.
 
-``S3Server`` is moto's S3 (``tests/s3_server.py``); ``SparkCluster`` is a Spark standalone master and
-workers run from the pinned pyspark (``spark-class``), whose executors the workers start inside the
-same process group, so stopping a worker's group stops its executors and their Python workers too.
+``S3Server`` is moto's S3 (``tests/s3_server.py``); ``SparkCluster`` (a Spark standalone master and
+one-core workers) and the process helpers live in ``benchmarks/cluster.py``, which the scale-out bench
+uses too.
 """
 
 from __future__ import annotations
@@ -10,50 +10,19 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pyarrow.fs as pafs
+
+from benchmarks.cluster import SparkCluster, _group_alive, start, stop, wait_for, wait_for_line  # noqa: F401
 
 TESTS = Path(__file__).resolve().parent
 # moto accepts any credentials; these exist only so that requests are signed as real clients sign them
 ACCESS_KEY, SECRET_KEY, REGION = "kraftlake-test", "kraftlake-test-secret", "us-east-1"
-
-
-def start(command: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.Popen:
-    """``command`` in a process group of its own (its id is the process's), output to ``log``."""
-    with log.open("ab") as out:
-        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                start_new_session=True)
-
-
-def stop(process: subprocess.Popen, grace: float = 15.0) -> None:
-    """SIGTERM the process's group, SIGKILL what is left after ``grace`` seconds."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 30.0)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(wait)
-        except subprocess.TimeoutExpired:
-            continue
-        if not _group_alive(process.pid):
-            return
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def child_pids(pid: int) -> list[int]:
@@ -67,29 +36,6 @@ def child_pids(pid: int) -> list[int]:
             except (OSError, IndexError):  # gone meanwhile
                 continue
     return found
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, every: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(every)
-    return condition()
-
-
-def wait_for_line(log: Path, pattern: str, process: subprocess.Popen, timeout: float) -> re.Match:
-    found: list[re.Match] = []
-
-    def seen() -> bool:
-        assert process.poll() is None, f"{process.args[:3]} exited {process.returncode}:\n{log.read_text()[-3000:]}"
-        match = re.search(pattern, log.read_text(errors="replace")) if log.exists() else None
-        if match:
-            found.append(match)
-        return match is not None
-
-    assert wait_for(seen, timeout), f"no line matching {pattern!r} within {timeout} s:\n{log.read_text()[-3000:]}"
-    return found[0]
 
 
 @dataclass
@@ -177,49 +123,6 @@ class FaultProxyServer:
 
     def stop(self) -> None:
         stop(self.process)
-
-
-@dataclass
-class SparkCluster:
-    """A standalone master and ``workers`` one-core workers, all on 127.0.0.1 (web UIs too)."""
-
-    spark_home: Path
-    folder: Path
-    workers: int = 2
-    master: subprocess.Popen | None = None
-    worker_processes: list[subprocess.Popen] = field(default_factory=list)
-    url: str = ""
-
-    def env(self) -> dict[str, str]:
-        # SPARK_LOCAL_IP: every daemon and web UI binds 127.0.0.1, not every interface
-        return {**os.environ, "SPARK_HOME": str(self.spark_home), "SPARK_LOCAL_IP": "127.0.0.1",
-                "SPARK_LOG_DIR": str(self.folder), "PYSPARK_PYTHON": sys.executable,
-                "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}  # no REST server on a fixed port
-
-    def _class(self, name: str, *args: str) -> list[str]:
-        return [str(self.spark_home / "bin" / "spark-class"), name, *args]
-
-    def start(self) -> SparkCluster:
-        log = self.folder / "master.log"
-        self.master = start(self._class("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                                        "--port", "0", "--webui-port", "0"), log, self.env())
-        port = wait_for_line(log, r"Starting Spark master at spark://127\.0\.0\.1:(\d+)", self.master, 120).group(1)
-        self.url = f"spark://127.0.0.1:{port}"
-        for index in range(self.workers):
-            work = self.folder / f"worker-{index}"
-            work.mkdir()
-            worker_log = self.folder / f"worker-{index}.log"
-            self.worker_processes.append(start(self._class(
-                "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--port", "0", "--webui-port", "0",
-                "--cores", "1", "--memory", "1g", "--work-dir", str(work), self.url), worker_log, self.env()))
-        for index, worker in enumerate(self.worker_processes):
-            wait_for_line(self.folder / f"worker-{index}.log", r"Successfully registered with master", worker, 120)
-        return self
-
-    def stop(self) -> None:
-        for process in [*self.worker_processes, self.master]:
-            if process is not None:
-                stop(process)
 
 
 def _group_pids(pgid: int) -> list[int]:

@@ -14,6 +14,7 @@ import pytest
 
 from benchmarks import stats, suite
 from benchmarks.memory import job_root, roles_of
+from benchmarks.scale_out import split_of
 
 
 def test_slopes_and_percentiles():
@@ -26,6 +27,33 @@ def test_slopes_and_percentiles():
     assert bench.percentile([], 50) is None
     assert bench.percentile([3, 1, 2], 50) == 2
     assert bench.percentile(list(range(101)), 99) == 99
+
+
+def test_a_replay_split_from_spark_s_event_log_rolled_into_files(tmp_path):
+    """Overlapping jobs (the quorum's and the controller's) count once; the driver's time alone is what no
+    job covers after the first one; an event log rolled into several files is read whole."""
+    def job(job_id, begin, end, name):
+        return [{"Event": "SparkListenerJobStart", "Job ID": job_id, "Submission Time": begin,
+                 "Properties": {"spark.job.description": f"{name}\nid = 1"}},
+                {"Event": "SparkListenerJobEnd", "Job ID": job_id, "Completion Time": end}]
+
+    def task(executor, launch, finish):
+        return {"Event": "SparkListenerTaskEnd", "Task Info": {"Executor ID": executor, "Launch Time": launch,
+                                                               "Finish Time": finish}}
+
+    first = [{"Event": "SparkListenerApplicationStart", "Timestamp": 1_000}, *job(0, 3_000, 5_000, "kraftlake_quorum"),
+             *job(1, 4_000, 9_000, "kraftlake_controller"), task("0", 4_000, 5_000), task("1", 4_000, 6_000)]
+    second = [*job(2, 10_000, 11_000, "kraftlake_controller"), task("0", 10_000, 10_500),
+              {"Event": "SparkListenerApplicationEnd", "Timestamp": 12_000}]
+    folder = tmp_path / "eventlog_v2_app-1"
+    folder.mkdir()
+    for name, events in (("events_1_app-1", first), ("events_2_app-1", second)):
+        (folder / name).write_text("".join(json.dumps(e) + "\n" for e in events))
+    (folder / "appstatus_app-1").write_text("")
+
+    assert split_of(tmp_path) == {
+        "application_s": 11.0, "before_first_job_s": 2.0, "jobs_s": 7.0, "driver_alone_s": 2.0,
+        "first_micro_batch_job_s": 5.0, "controller_jobs": 2, "task_s_by_executor": {"0": 1.5, "1": 2.0}}
 
 
 def test_memory_roles_of_a_driver_that_spark_submit_started(tmp_path):

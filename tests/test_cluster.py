@@ -11,9 +11,7 @@ this also proves what must travel to them does: the library zip, the data source
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -34,23 +32,10 @@ SHARDS = 4  # kraftlake.shards' default, which the submitted jobs use
 def submit(cluster, job: str, *args: str, timeout: float = 300) -> tuple[str, float]:  # noqa: ANN001
     """Run ``./spark-submit.sh --master <cluster> jobs/<job> args``; (stdout, seconds)."""
     started = time.monotonic()
-    out = subprocess.run(submit_command(cluster, job, *args), cwd=REPO_ROOT, env=submit_env(),
+    out = subprocess.run(cluster.submit_command(job, *args), cwd=REPO_ROOT, env=cluster.submit_env(),
                          capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, f"{job} failed ({out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}"
     return out.stdout, time.monotonic() - started
-
-
-def submit_command(cluster, job: str, *args: str) -> list[str]:  # noqa: ANN001
-    return ["./spark-submit.sh", "--master", cluster.url, "--conf", "spark.driver.host=127.0.0.1",
-            "--conf", "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.executor.memory=1g",
-            "--conf", "spark.sql.shuffle.partitions=2",  # one per executor core
-            f"jobs/{job}", *args]
-
-
-def submit_env() -> dict[str, str]:
-    # the driver's own ports (block manager, ...) on 127.0.0.1 too
-    return {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable}
 
 
 def all_tables(warehouse: Warehouse) -> dict[str, list[dict]]:
@@ -97,9 +82,9 @@ def test_jobs_on_a_standalone_cluster_equal_local_mode(spark_cluster, spark, tmp
     # the controller keeps running on the cluster while the what-if requests are ingested
     warehouse = Warehouse(str(on_cluster))
     log = tmp_path / "controller-continuous.log"
-    controller = start(submit_command(spark_cluster, "controller.py", "--warehouse", str(on_cluster),
+    controller = start(spark_cluster.submit_command("controller.py", "--warehouse", str(on_cluster),
                                       "--override", "kraftlake.controller.trigger.interval.ms=500"),
-                       log, submit_env(), cwd=REPO_ROOT)
+                       log, spark_cluster.submit_env(), cwd=REPO_ROOT)
     try:
         # fed twice: the answers to the first part show the query is up before the second part lands
         for part in parts:
