@@ -18,7 +18,7 @@ import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Iterable, Iterator, Mapping
+from typing import Iterable, Iterator, Mapping, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -50,6 +50,10 @@ TOPIC_SCOPED = {"PartitionRecord": "TopicId", "PartitionChangeRecord": "TopicId"
 # quorum query's (``quorum_stream``), not the controller's.
 SKIPPED = frozenset({"NoOpRecord"}) | QUORUM_TRAFFIC
 MARKERS = frozenset({"EndTransactionRecord", "SnapshotFooterRecord"})
+# Records whose replay changes no config, no feature and not the active controller: what a topic's
+# settings are looked up from (``_Step.min_isr``, ``Context.elections``) stays as it was.
+CONFIG_NEUTRAL = frozenset(TOPIC_SCOPED) | {"RegisterBrokerRecord", "UnregisterBrokerRecord", "FenceBrokerRecord",
+                                            "UnfenceBrokerRecord", "BrokerRegistrationChangeRecord"}
 # Events that may set feature levels (features rows): the records themselves, or the ends of what held them.
 FEATURE_EVENTS = frozenset({"FeatureLevelRecord", "KRaftVersionRecord"}) | MARKERS
 # A run of at least this many simple PartitionChangeRecords is applied to the columns at once
@@ -76,9 +80,10 @@ def routes(event: dict, shards: int) -> list[int]:
     return list(range(shards))
 
 
-@dataclass(frozen=True)
-class Output:
-    """One row for a warehouse table. ``op``: append (history, rejected), upsert or delete (state)."""
+class Output(NamedTuple):
+    """One row for a warehouse table. ``op``: append (history, rejected), upsert or delete (state).
+    A named tuple: a step makes several per request that changes state, and a tuple is made in less
+    than half the time of a frozen dataclass (docs/performance.md, "Third pass")."""
 
     table: str
     op: str
@@ -285,8 +290,11 @@ class _Step:
         self.leaving: frozenset[int] | None = None
         self.anomalies = state.anomalies
         self.anomalies.thresholds = Thresholds.of(config)
-        # min.insync.replicas by topic name, until an event that may change one (``min_isr``)
+        # min.insync.replicas and the election (``Context.elections``) by topic name, until an event that may
+        # change a config (``apply``)
         self.min_isrs: dict[str, int] = {}
+        self.elections: dict = {}
+        self.owned: dict[str, bool] = {}  # ``owns`` by topic id
 
     def cause_type(self, kind: str, offset: int) -> str | None:
         """The type of the event at ``offset`` a cause of ``kind`` names: one of this step's, or one the kind
@@ -295,7 +303,10 @@ class _Step:
         return self.cause_types.get(offset) or causes.TYPE_OF_KIND.get(kind)
 
     def owns(self, topic_id: str) -> bool:
-        return shard_of_topic(topic_id, self.shards) == self.shard
+        owned = self.owned.get(topic_id)
+        if owned is None:
+            owned = self.owned[topic_id] = shard_of_topic(topic_id, self.shards) == self.shard
+        return owned
 
     def event(self, event: dict) -> None:
         kind = event["type"]
@@ -326,8 +337,9 @@ class _Step:
         if self.shard == 0 and kind in FEATURE_EVENTS:
             settings = features.Settings(image, kind == "SnapshotFooterRecord")
         result = replay(image, event)
-        if kind not in TOPIC_SCOPED:
-            self.min_isrs.clear()  # a config, the active controller (LeaderChangeMessage), a snapshot, ...
+        if kind not in CONFIG_NEUTRAL:  # a config, the active controller (LeaderChangeMessage), a snapshot, ...
+            self.min_isrs.clear()
+            self.elections.clear()
         if result.rejected is not None and reporter:
             out.add("rejected", "append", cause["offset"], rejected_row(event, result.rejected))
         for offset, type_, reason in result.deferred_rejections:
@@ -689,7 +701,7 @@ class _Step:
             _canonical_order(self.image)
             self.unordered = False
         ctx = Context(now_ms=request["timestamp"], offset=request["offset"], config=self.config, owns=self.owns,
-                      whole_image=self.shards == 1)
+                      whole_image=self.shards == 1, elections=self.elections)
         starts = not state.in_term
         quiet = self.fast and not starts and self.quiet_at(ctx.now_ms)
         decision = handle_request(self.image, state.controller, request, ctx,
