@@ -194,14 +194,15 @@ def partition_row(topic: str, p: PartitionRegistration) -> dict:
             "last_offset": p.last_offset, "last_timestamp": p.last_timestamp}
 
 
-def history_row(topic: str, event: dict, before: PartitionRegistration | None,
+def history_row(topic: str, event: dict, cause: str, before: PartitionRegistration | None,
                 after: PartitionRegistration | None, why: Cause) -> dict:
+    """The change ``event`` applied; ``cause``: the type of the record, or of the request that decided it."""
     current = after if after is not None else before
     change = "create" if before is None else "delete" if after is None else "change"
     return {
         "offset": after.last_offset if after is not None else event["offset"],
         "timestamp": after.last_timestamp if after is not None else event["timestamp"],
-        "applied_offset": event["offset"], "cause": event["type"], "change": change,
+        "applied_offset": event["offset"], "cause": cause, "change": change,
         "topic": topic, "topic_id": current.topic_id, "partition": current.partition_id,
         "leader_before": None if before is None else before.leader,
         "leader": None if after is None else after.leader,
@@ -354,7 +355,7 @@ class _Step:
             self.unordered = True
         if kind == "EndTransactionRecord":  # a transaction is one batch, whatever batches carried it
             batch = Batch.of((e["offset"], e["offset"], e) for e in held)
-        history_event = event if not decided else {**event, "type": cause["type"]}
+        history_cause = cause["type"]  # a decision's records are the request's changes
         for before, after in result.partition_changes:
             current = after if after is not None else before
             if kind == "SnapshotFooterRecord":
@@ -364,16 +365,17 @@ class _Step:
                                              cause["offset"] if decided else None)
             topic = self.names.get(current.topic_id, "")
             out.add("partition_history", "append", cause["offset"],
-                    history_row(topic, history_event, before, after, why))
+                    history_row(topic, event, history_cause, before, after, why))
             self.anomalies.lead(before, after)
-            cause_type = cause["type"] if decided else history_event["type"] if why.offset is None else \
+            cause_type = history_cause if decided or why.offset is None else \
                 self.cause_type(why.kind, why.offset)
             self.anomalies.partition_change(
                 Place(cause["offset"], event["timestamp"], topic, current.topic_id, current.partition_id), before,
                 after, why, cause_type, self.min_isr(topic))
             self.latest_partitions[(current.topic_id, current.partition_id)] = (cause["offset"], topic, after)
-        if result.rejected is None and any(e["type"] == "ConfigRecord" and e["data"]["Name"] == MIN_ISR
-                                           for e in (held if kind in MARKERS else [event])):
+        if result.rejected is None and (kind == "ConfigRecord" or kind in MARKERS) and any(
+                e["type"] == "ConfigRecord" and e["data"]["Name"] == MIN_ISR
+                for e in (held if kind in MARKERS else [event])):
             self.min_isr_changed(event, cause)
         if self.shard == 0:
             for before, after in result.broker_changes:
@@ -645,13 +647,13 @@ class _Step:
         now = request["timestamp"]
         if not self.settled(now):
             return False
-        if stale_heartbeat(self.image, request["data"]):
+        caught_up = steady_heartbeat(self.image, self.state.controller, request["data"], now)
+        if caught_up is not None:
+            row = _steady_row(request["version"], caught_up)
+        elif stale_heartbeat(self.image, request["data"]):  # (steady_heartbeat leaves these alone)
             row = _stale_row(request["version"])
         else:
-            caught_up = steady_heartbeat(self.image, self.state.controller, request["data"], now)
-            if caught_up is None:
-                return False
-            row = _steady_row(request["version"], caught_up)
+            return False
         if self.unordered or self.shard == 0:  # the other shards have no answer to write
             self.answer(request, row)
         return True
