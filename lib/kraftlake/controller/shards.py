@@ -811,16 +811,19 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
         last = state.last_offset
         # the leadership counts as the step starts (``anomalies.Leadership``)
         state.anomalies.reported = [(last, -1, state.anomalies.counts())]
-        events = sorted((e for e in events if e["offset"] > last), key=_OFFSET)
-        work.cause_types = {e["offset"]: e["type"] for e in events if e["type"] in causes.CAUSE_TYPES}
-        if columns and changes is None:
+        events = sorted(events, key=_OFFSET)
+        if events and events[0]["offset"] <= last:
+            events = [e for e in events if e["offset"] > last]
+        causing = [e for e in events if e["type"] in causes.CAUSE_TYPES]
+        work.cause_types = {e["offset"]: e["type"] for e in causing}
+        if columns and changes is None and any(e["type"] == "PartitionChangeRecord" for e in events):
             simple = [e["type"] == "PartitionChangeRecord" and partition_changes.is_simple(e["data"]) for e in events]
             changes = partition_changes.Changes.of_events([e for e, s in zip(events, simple) if s])
             events = [e for e, s in zip(events, simple) if not s]
         elif not columns and changes is not None:
             events = sorted(events + [changes.event(i) for i in range(len(changes))], key=lambda e: e["offset"])
             changes = None
-        work.batches = _batches(events)  # simple PartitionChangeRecords cause nothing: they are not looked at
+        work.batches = _batches(causing)  # simple PartitionChangeRecords cause nothing: they are not looked at
         if changes is not None:
             changes = changes.take(np.flatnonzero(changes.offsets > state.last_offset))
         if changes is not None and len(changes) == 0:
