@@ -82,6 +82,8 @@ def broker_failover(image: ClusterImage, broker_id: int, ctx: Context,
     rows = store.rows_holding(broker_id, ("isr", "elr") if also_elr or unclean_shutdown else ("isr",))
     ranks = rank_of[store.cols["topic"][rows]]
     rows, ranks = rows[ranks >= 0], ranks[ranks >= 0]
+    if not len(rows):  # (the fencing at the end of a controlled shutdown: it has left every ISR)
+        return []
     place = (ranks << 32) | store.cols["partition_id"][rows]
     if np.any(place[1:] < place[:-1]):  # rows are not kept in topic order
         order = np.argsort(place)
@@ -97,8 +99,8 @@ def broker_failover(image: ClusterImage, broker_id: int, ctx: Context,
     shape, representatives = store.shapes(rows, policy_of_row)
     by_policy = list(policies)
     templates: list[dict | None] = []
-    for place in representatives.tolist():
-        partition = store.make([rows[place]], topics[ranks[place]].id)[0]
+    places = representatives.tolist()
+    for place, partition in zip(places, store.make(rows[representatives], [topics[ranks[p]].id for p in places])):
         election, elr, min_isr = by_policy[policy_of_row[place]]
         change = None
         if directories is None or _directory_of(partition, broker_id) in directories:
