@@ -94,10 +94,10 @@ class Codes:
         of a busy cluster gather thousands, most of them no longer in any row."""
         known = self._holding.get(item)
         start = 0 if known is None else len(known)
-        if start < len(self.values):
+        if known is None or start < len(self.values):
             more = np.fromiter((item in v for v in self.values[start:]), np.bool_, len(self.values) - start)
             known = self._holding[item] = more if known is None else np.concatenate([known, more])
-        return known  # type: ignore[return-value]
+        return known
 
     def code(self, value: tuple) -> int:
         code = self.codes.get(value)
