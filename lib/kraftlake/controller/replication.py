@@ -82,7 +82,7 @@ def broker_failover(image: ClusterImage, broker_id: int, ctx: Context,
     rows = store.rows_holding(broker_id, ("isr", "elr") if also_elr or unclean_shutdown else ("isr",))
     ranks = rank_of[store.cols["topic"][rows]]
     rows, ranks = rows[ranks >= 0], ranks[ranks >= 0]
-    if not len(rows):  # (the fencing at the end of a controlled shutdown: it has left every ISR)
+    if not len(rows):  # (a broker a controlled shutdown or an earlier failover already took out of every ISR)
         return []
     place = (ranks << 32) | store.cols["partition_id"][rows]
     if np.any(place[1:] < place[:-1]):  # rows are not kept in topic order
