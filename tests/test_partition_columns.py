@@ -15,7 +15,7 @@ from kraftlake.controller import shards
 from kraftlake.controller.shards import ShardState, apply_outputs, iter_rows, replay_log, routes, step
 from kraftlake.image.cluster_image import ClusterImage
 from kraftlake.image.partition_changes import is_simple
-from kraftlake.image.partition_store import PartitionRegistration
+from kraftlake.image.partition_store import Codes, PartitionRegistration
 from kraftlake.image.replay import replay
 from kraftlake.sim.workload import generate
 
@@ -177,3 +177,16 @@ def test_format_1_state_of_an_older_release_is_still_read():
     assert (p.replicas, p.isr, p.leader_epoch, p.partition_epoch, p.directories, p.last_offset) == (
         (1, 2), (1,), 4, 5, ("d", "d"), 9)
     assert ClusterImage.from_bytes(image.to_bytes()) == image
+
+
+@settings(max_examples=50, deadline=None)
+@given(first=st.lists(st.lists(st.integers(0, 6), max_size=4), max_size=8),
+       later=st.lists(st.lists(st.integers(0, 6), max_size=4), max_size=8), item=st.integers(0, 6))
+def test_which_tuples_hold_an_item_is_answered_for_tuples_coded_after_it_was_first_asked(first, later, item):
+    assert Codes().holding(item).tolist() == []  # (a store read from bytes without any list)
+    codes = Codes([()])
+    codes.codes_of(tuple(t) for t in first)
+    assert codes.holding(item).tolist() == [item in v for v in codes.values]
+    codes.codes_of(tuple(t) for t in later)
+    assert codes.holding(item).tolist() == [item in v for v in codes.values]
+    assert codes.holding(item + 1).tolist() == [item + 1 in v for v in codes.values]

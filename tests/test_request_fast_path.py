@@ -204,3 +204,29 @@ def test_stale_heartbeats_take_the_fast_path(logs, monkeypatch):
     monkeypatch.setattr(shards, "_stale_row", lambda version: answered.append(version) or stale_row(version))
     replayed(logs[3], 2, [], fast=True)
     assert len(answered) >= 100, len(answered)  # 1,324 on this log
+
+
+def _unclean_elections(table: list[dict]) -> int:
+    """Partition changes that elected a leader from outside the ISR (it recovers first: Kafka's unclean election)."""
+    return sum(1 for r in table if r["change"] == "change" and r["leader_recovery_state"] == 1
+               and r["leader"] not in (r["isr_before"] or []))
+
+
+def test_a_config_changed_within_a_step_is_read_by_the_decisions_after_it(logs):
+    """A step keeps each topic's election and min.insync.replicas until a record may change a config: every
+    topic turned to unclean leader election halfway through one batch decides as with one step per event
+    (where nothing is kept), and elects unclean leaders after it."""
+    events = logs[5][:1500]
+    names = sorted({e["data"]["Topics"][0]["Name"] for e in events if e["type"] == "CreateTopicsRequest"})
+    half = len(events) // 2
+    configs = [{"type": "ConfigRecord", "version": 0, "timestamp": events[half]["timestamp"],
+                "data": {"ResourceType": 2, "ResourceName": name, "Name": "unclean.leader.election.enable",
+                         "Value": "true"}} for name in names]
+    log = [{**e, "offset": i} for i, e in enumerate(events[:half] + [validate_event(c) for c in configs]
+                                                    + events[half:])]
+    whole, whole_states = replayed(log, 2, [], fast=True)
+    single, single_states = replayed(log, 2, list(range(1, len(log))), fast=True)
+    for name in whole:
+        assert rows(whole[name]) == rows(single[name]), name
+    assert whole_states == single_states
+    assert _unclean_elections([r for r in whole["partition_history"] if r["applied_offset"] > half])

@@ -28,9 +28,9 @@ from typing import Mapping
 import numpy as np
 
 from kraftlake.controller.decisions import Context, Decision, error_code, record, response
-from kraftlake.controller.elections import (MV_DIRECTORIES, Election, change_partition, eligible_replicas,
-    elr_enabled, elr_policy, metadata_version, supports, unclean_election_enabled)
-from kraftlake.controller.replication import broker_failover
+from kraftlake.controller.elections import (MV_DIRECTORIES, change_partition, eligible_replicas, elr_enabled,
+    elr_policy, metadata_version, supports)
+from kraftlake.controller.replication import broker_failover, topic_election
 from kraftlake.image import causes
 from kraftlake.image.cluster_image import NO_LEADER, BrokerRegistration, ClusterImage, normalize_uuid
 from kraftlake.image.features import METADATA_VERSION, finalized_levels
@@ -552,17 +552,32 @@ def _unfence(image: ClusterImage, broker: BrokerRegistration, ctx: Context) -> l
         return replica == returning or active(replica)
 
     records = [_fencing(image, broker, False)]
+    leaderless = _leaderless(image)
     for topic in image.topics.values():
-        if not ctx.owns(topic.id):
+        partition_ids = leaderless.get(topic.id)
+        if partition_ids is None or not ctx.owns(topic.id):
             continue
-        election = Election.UNCLEAN if unclean_election_enabled(image, topic.name, ctx.config) else Election.ONLINE
+        election = topic_election(image, topic.name, ctx)
         policy = elr_policy(image, topic, ctx.config)
-        for partition in topic.partitions.values():
-            if partition.leader == NO_LEADER:
-                change = change_partition(partition, eligible, election=election, mv=mv, **policy)
-                if change is not None:
-                    records.append(change)
+        for partition_id in sorted(partition_ids):
+            change = change_partition(topic.partitions[partition_id], eligible, election=election, mv=mv, **policy)
+            if change is not None:
+                records.append(change)
     return records
+
+
+def _leaderless(image: ClusterImage) -> dict[str, list[int]]:
+    """The partitions without a leader, by topic id, found on the columns: an unfencing looks for them in
+    every topic, and most topics have none."""
+    store = image.store
+    store.flush()
+    cols, size = store.cols, store.size
+    rows = np.flatnonzero(cols["alive"][:size] & (cols["leader"][:size] == NO_LEADER))
+    found: dict[str, list[int]] = {}
+    topic_ids = store.topics.values
+    for ordinal, partition_id in zip(cols["topic"][rows].tolist(), cols["partition_id"][rows].tolist()):
+        found.setdefault(topic_ids[ordinal], []).append(partition_id)
+    return found
 
 
 def _with(image: ClusterImage, records: list[dict], ctx: Context) -> ClusterImage:

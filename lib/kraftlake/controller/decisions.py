@@ -38,6 +38,9 @@ class Context:
     # Whether the image holds every partition (one controller shard). Only then can a decision tell
     # that a broker leads no partition anywhere (see cluster_control.decide_broker_heartbeat).
     whole_image: bool = True
+    # The caller's cache of each topic's leader election (``replication.topic_election``) by topic name,
+    # which it empties whenever a config may have changed; None: looked up every time
+    elections: dict | None = None
 
 
 @dataclass

@@ -45,7 +45,8 @@ def decide(image: ClusterImage, state: ControllerState, request: dict, ctx: Cont
         return BROKER_REQUESTS[type_](image, state, request, ctx)
     if shutting_down is None:
         shutting_down = cluster_control.shutting_down(image, state)
-    ctx = dataclasses.replace(ctx, shutting_down=shutting_down)
+    if shutting_down != ctx.shutting_down:  # usually both empty: no copy, which costs as much as a small decision
+        ctx = dataclasses.replace(ctx, shutting_down=shutting_down)
     if type_ in TOPIC_REQUESTS:
         return TOPIC_REQUESTS[type_](image, request, dataclasses.replace(ctx, owns=lambda topic_id: True))
     if type_ in PARTITION_REQUESTS:

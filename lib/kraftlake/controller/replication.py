@@ -11,6 +11,7 @@ the shards' responses keeps one of each.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 from typing import Callable, Iterator, Mapping
 
@@ -22,21 +23,32 @@ from kraftlake.controller.elections import (Eligible, Election, change_partition
 from kraftlake.image.cluster_image import NO_LEADER, ClusterImage, PartitionRegistration, TopicImage, normalize_uuid
 from kraftlake.image.partitions import merge
 from kraftlake.metadata.errors import DEFAULT_MESSAGES
-from kraftlake.metadata.schemas import registry
+from kraftlake.metadata.schemas import StructSpec, registry
 
 ELECTION_TYPES = {0: Election.PREFERRED, 1: Election.UNCLEAN}
 
 
 def struct_defaults(message: str, *path: str) -> dict:
     """Kafka's defaults for a nested struct of ``message`` (e.g. one partition of a response)."""
+    return _struct(message, path).defaults()
+
+
+@functools.cache
+def _struct(message: str, path: tuple[str, ...]) -> StructSpec:
     spec = registry()[message]
     for name in path:
         spec = spec.by_name[name].struct
-    return spec.defaults()
+    return spec
 
 
 def topic_election(image: ClusterImage, topic_name: str, ctx: Context) -> Election:
-    return Election.UNCLEAN if unclean_election_enabled(image, topic_name, ctx.config) else Election.ONLINE
+    cache = ctx.elections
+    election = None if cache is None else cache.get(topic_name)
+    if election is None:
+        election = Election.UNCLEAN if unclean_election_enabled(image, topic_name, ctx.config) else Election.ONLINE
+        if cache is not None:
+            cache[topic_name] = election
+    return election
 
 
 def broker_failover(image: ClusterImage, broker_id: int, ctx: Context,
@@ -70,6 +82,8 @@ def broker_failover(image: ClusterImage, broker_id: int, ctx: Context,
     rows = store.rows_holding(broker_id, ("isr", "elr") if also_elr or unclean_shutdown else ("isr",))
     ranks = rank_of[store.cols["topic"][rows]]
     rows, ranks = rows[ranks >= 0], ranks[ranks >= 0]
+    if not len(rows):  # (a broker a controlled shutdown or an earlier failover already took out of every ISR)
+        return []
     place = (ranks << 32) | store.cols["partition_id"][rows]
     if np.any(place[1:] < place[:-1]):  # rows are not kept in topic order
         order = np.argsort(place)
@@ -85,8 +99,8 @@ def broker_failover(image: ClusterImage, broker_id: int, ctx: Context,
     shape, representatives = store.shapes(rows, policy_of_row)
     by_policy = list(policies)
     templates: list[dict | None] = []
-    for place in representatives.tolist():
-        partition = store.make([rows[place]], topics[ranks[place]].id)[0]
+    places = representatives.tolist()
+    for place, partition in zip(places, store.make(rows[representatives], [topics[ranks[p]].id for p in places])):
         election, elr, min_isr = by_policy[policy_of_row[place]]
         change = None
         if directories is None or _directory_of(partition, broker_id) in directories:

@@ -18,7 +18,7 @@ import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Iterable, Iterator, Mapping
+from typing import Iterable, Iterator, Mapping, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -50,6 +50,10 @@ TOPIC_SCOPED = {"PartitionRecord": "TopicId", "PartitionChangeRecord": "TopicId"
 # quorum query's (``quorum_stream``), not the controller's.
 SKIPPED = frozenset({"NoOpRecord"}) | QUORUM_TRAFFIC
 MARKERS = frozenset({"EndTransactionRecord", "SnapshotFooterRecord"})
+# Records whose replay changes no config, no feature and not the active controller: what a topic's
+# settings are looked up from (``_Step.min_isr``, ``Context.elections``) stays as it was.
+CONFIG_NEUTRAL = frozenset(TOPIC_SCOPED) | {"RegisterBrokerRecord", "UnregisterBrokerRecord", "FenceBrokerRecord",
+                                            "UnfenceBrokerRecord", "BrokerRegistrationChangeRecord"}
 # Events that may set feature levels (features rows): the records themselves, or the ends of what held them.
 FEATURE_EVENTS = frozenset({"FeatureLevelRecord", "KRaftVersionRecord"}) | MARKERS
 # A run of at least this many simple PartitionChangeRecords is applied to the columns at once
@@ -76,9 +80,10 @@ def routes(event: dict, shards: int) -> list[int]:
     return list(range(shards))
 
 
-@dataclass(frozen=True)
-class Output:
-    """One row for a warehouse table. ``op``: append (history, rejected), upsert or delete (state)."""
+class Output(NamedTuple):
+    """One row for a warehouse table. ``op``: append (history, rejected), upsert or delete (state).
+    A named tuple: a step makes several per request that changes state, and a tuple is made in less
+    than half the time of a frozen dataclass (docs/performance.md, "Third pass")."""
 
     table: str
     op: str
@@ -189,14 +194,15 @@ def partition_row(topic: str, p: PartitionRegistration) -> dict:
             "last_offset": p.last_offset, "last_timestamp": p.last_timestamp}
 
 
-def history_row(topic: str, event: dict, before: PartitionRegistration | None,
+def history_row(topic: str, event: dict, cause: str, before: PartitionRegistration | None,
                 after: PartitionRegistration | None, why: Cause) -> dict:
+    """The change ``event`` applied; ``cause``: the type of the record, or of the request that decided it."""
     current = after if after is not None else before
     change = "create" if before is None else "delete" if after is None else "change"
     return {
         "offset": after.last_offset if after is not None else event["offset"],
         "timestamp": after.last_timestamp if after is not None else event["timestamp"],
-        "applied_offset": event["offset"], "cause": event["type"], "change": change,
+        "applied_offset": event["offset"], "cause": cause, "change": change,
         "topic": topic, "topic_id": current.topic_id, "partition": current.partition_id,
         "leader_before": None if before is None else before.leader,
         "leader": None if after is None else after.leader,
@@ -285,8 +291,11 @@ class _Step:
         self.leaving: frozenset[int] | None = None
         self.anomalies = state.anomalies
         self.anomalies.thresholds = Thresholds.of(config)
-        # min.insync.replicas by topic name, until an event that may change one (``min_isr``)
+        # min.insync.replicas and the election (``Context.elections``) by topic name, until an event that may
+        # change a config (``apply``)
         self.min_isrs: dict[str, int] = {}
+        self.elections: dict = {}
+        self.owned: dict[str, bool] = {}  # ``owns`` by topic id
 
     def cause_type(self, kind: str, offset: int) -> str | None:
         """The type of the event at ``offset`` a cause of ``kind`` names: one of this step's, or one the kind
@@ -295,7 +304,10 @@ class _Step:
         return self.cause_types.get(offset) or causes.TYPE_OF_KIND.get(kind)
 
     def owns(self, topic_id: str) -> bool:
-        return shard_of_topic(topic_id, self.shards) == self.shard
+        owned = self.owned.get(topic_id)
+        if owned is None:
+            owned = self.owned[topic_id] = shard_of_topic(topic_id, self.shards) == self.shard
+        return owned
 
     def event(self, event: dict) -> None:
         kind = event["type"]
@@ -326,8 +338,9 @@ class _Step:
         if self.shard == 0 and kind in FEATURE_EVENTS:
             settings = features.Settings(image, kind == "SnapshotFooterRecord")
         result = replay(image, event)
-        if kind not in TOPIC_SCOPED:
-            self.min_isrs.clear()  # a config, the active controller (LeaderChangeMessage), a snapshot, ...
+        if kind not in CONFIG_NEUTRAL:  # a config, the active controller (LeaderChangeMessage), a snapshot, ...
+            self.min_isrs.clear()
+            self.elections.clear()
         if result.rejected is not None and reporter:
             out.add("rejected", "append", cause["offset"], rejected_row(event, result.rejected))
         for offset, type_, reason in result.deferred_rejections:
@@ -342,7 +355,7 @@ class _Step:
             self.unordered = True
         if kind == "EndTransactionRecord":  # a transaction is one batch, whatever batches carried it
             batch = Batch.of((e["offset"], e["offset"], e) for e in held)
-        history_event = event if not decided else {**event, "type": cause["type"]}
+        history_cause = cause["type"]  # a decision's records are the request's changes
         for before, after in result.partition_changes:
             current = after if after is not None else before
             if kind == "SnapshotFooterRecord":
@@ -352,16 +365,17 @@ class _Step:
                                              cause["offset"] if decided else None)
             topic = self.names.get(current.topic_id, "")
             out.add("partition_history", "append", cause["offset"],
-                    history_row(topic, history_event, before, after, why))
+                    history_row(topic, event, history_cause, before, after, why))
             self.anomalies.lead(before, after)
-            cause_type = cause["type"] if decided else history_event["type"] if why.offset is None else \
+            cause_type = history_cause if decided or why.offset is None else \
                 self.cause_type(why.kind, why.offset)
             self.anomalies.partition_change(
                 Place(cause["offset"], event["timestamp"], topic, current.topic_id, current.partition_id), before,
                 after, why, cause_type, self.min_isr(topic))
             self.latest_partitions[(current.topic_id, current.partition_id)] = (cause["offset"], topic, after)
-        if result.rejected is None and any(e["type"] == "ConfigRecord" and e["data"]["Name"] == MIN_ISR
-                                           for e in (held if kind in MARKERS else [event])):
+        if result.rejected is None and (kind == "ConfigRecord" or kind in MARKERS) and any(
+                e["type"] == "ConfigRecord" and e["data"]["Name"] == MIN_ISR
+                for e in (held if kind in MARKERS else [event])):
             self.min_isr_changed(event, cause)
         if self.shard == 0:
             for before, after in result.broker_changes:
@@ -633,13 +647,13 @@ class _Step:
         now = request["timestamp"]
         if not self.settled(now):
             return False
-        if stale_heartbeat(self.image, request["data"]):
+        caught_up = steady_heartbeat(self.image, self.state.controller, request["data"], now)
+        if caught_up is not None:
+            row = _steady_row(request["version"], caught_up)
+        elif stale_heartbeat(self.image, request["data"]):  # (steady_heartbeat leaves these alone)
             row = _stale_row(request["version"])
         else:
-            caught_up = steady_heartbeat(self.image, self.state.controller, request["data"], now)
-            if caught_up is None:
-                return False
-            row = _steady_row(request["version"], caught_up)
+            return False
         if self.unordered or self.shard == 0:  # the other shards have no answer to write
             self.answer(request, row)
         return True
@@ -689,7 +703,7 @@ class _Step:
             _canonical_order(self.image)
             self.unordered = False
         ctx = Context(now_ms=request["timestamp"], offset=request["offset"], config=self.config, owns=self.owns,
-                      whole_image=self.shards == 1)
+                      whole_image=self.shards == 1, elections=self.elections)
         starts = not state.in_term
         quiet = self.fast and not starts and self.quiet_at(ctx.now_ms)
         decision = handle_request(self.image, state.controller, request, ctx,
@@ -797,16 +811,19 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
         last = state.last_offset
         # the leadership counts as the step starts (``anomalies.Leadership``)
         state.anomalies.reported = [(last, -1, state.anomalies.counts())]
-        events = sorted((e for e in events if e["offset"] > last), key=_OFFSET)
-        work.cause_types = {e["offset"]: e["type"] for e in events if e["type"] in causes.CAUSE_TYPES}
-        if columns and changes is None:
+        events = sorted(events, key=_OFFSET)
+        if events and events[0]["offset"] <= last:
+            events = [e for e in events if e["offset"] > last]
+        causing = [e for e in events if e["type"] in causes.CAUSE_TYPES]
+        work.cause_types = {e["offset"]: e["type"] for e in causing}
+        if columns and changes is None and any(e["type"] == "PartitionChangeRecord" for e in events):
             simple = [e["type"] == "PartitionChangeRecord" and partition_changes.is_simple(e["data"]) for e in events]
             changes = partition_changes.Changes.of_events([e for e, s in zip(events, simple) if s])
             events = [e for e, s in zip(events, simple) if not s]
         elif not columns and changes is not None:
             events = sorted(events + [changes.event(i) for i in range(len(changes))], key=lambda e: e["offset"])
             changes = None
-        work.batches = _batches(events)  # simple PartitionChangeRecords cause nothing: they are not looked at
+        work.batches = _batches(causing)  # simple PartitionChangeRecords cause nothing: they are not looked at
         if changes is not None:
             changes = changes.take(np.flatnonzero(changes.offsets > state.last_offset))
         if changes is not None and len(changes) == 0:

@@ -81,11 +81,23 @@ class Codes:
     """Distinct values (the tuples of some list columns, or topic ids), each known by its code: its index
     here."""
 
-    __slots__ = ("values", "codes")
+    __slots__ = ("values", "codes", "_holding")
 
     def __init__(self, values: Iterable[tuple] = ()) -> None:
         self.values: list[tuple] = list(values)
         self.codes: dict[tuple, int] = {v: i for i, v in enumerate(self.values)}
+        self._holding: dict[object, np.ndarray] = {}
+
+    def holding(self, item: object) -> np.ndarray:
+        """Whether each value (a tuple) holds ``item``, by code. Kept per item and extended as values come
+        (they only come: a code is never reused): a failover asks it of every tuple, and the list columns
+        of a busy cluster gather thousands, most of them no longer in any row."""
+        known = self._holding.get(item)
+        start = 0 if known is None else len(known)
+        if known is None or start < len(self.values):
+            more = np.fromiter((item in v for v in self.values[start:]), np.bool_, len(self.values) - start)
+            known = self._holding[item] = more if known is None else np.concatenate([known, more])
+        return known
 
     def code(self, value: tuple) -> int:
         code = self.codes.get(value)
@@ -163,8 +175,8 @@ class PartitionStore:
         cols["topic"][rows] = [self.topics.code(r.topic_id) for r in registrations]
         cols["alive"][rows] = True
 
-    def make(self, rows: list[int] | np.ndarray, topic_id: str) -> list[PartitionRegistration]:
-        """The registrations of ``rows`` (all of topic ``topic_id``), made in bulk."""
+    def make(self, rows: list[int] | np.ndarray, topic_id: str | list[str]) -> list[PartitionRegistration]:
+        """The registrations of ``rows`` (all of topic ``topic_id``, or each of its own), made in bulk."""
         cols, ints, dirs = self.cols, self.ints.values, self.dirs.values
         index = np.asarray(rows, dtype=np.int64)
         values = []
@@ -175,7 +187,9 @@ class PartitionStore:
             elif name == "directories":
                 column = [dirs[c] for c in column]
             values.append(column)
-        return [PartitionRegistration(topic_id, *row) for row in zip(*values)]
+        if isinstance(topic_id, str):
+            return [PartitionRegistration(topic_id, *row) for row in zip(*values)]
+        return [PartitionRegistration(*row) for row in zip(topic_id, *values)]
 
     def flush(self) -> None:
         """Write every registration assigned to a map since the last flush into the columns: in one write,
@@ -212,7 +226,7 @@ class PartitionStore:
     def rows_holding(self, broker_id: int, lists: tuple[str, ...]) -> np.ndarray:
         """The live rows where ``broker_id`` is in any of the ``lists`` (INT_LISTS names), after ``flush``:
         membership is asked once per distinct tuple, then looked up per row."""
-        member = np.fromiter((broker_id in v for v in self.ints.values), np.bool_, len(self.ints.values))
+        member = self.ints.holding(broker_id)
         held = np.zeros(self.size, np.bool_)
         for name in lists:
             held |= member[self.cols[name][:self.size]]
