@@ -254,6 +254,7 @@ def alter_partition(image: ClusterImage, request: dict, ctx: Context) -> Decisio
             "ErrorCode": error_code("STALE_BROKER_EPOCH"), "Topics": []}, version))
     mv = metadata_version(image)
     eligible = eligible_replicas(image)
+    answer = _struct("AlterPartitionResponse", ("Topics", "Partitions"))
     records, topics = [], []
     for topic_data in body["Topics"]:
         topic = _alter_topic(image, topic_data, version)
@@ -262,9 +263,10 @@ def alter_partition(image: ClusterImage, request: dict, ctx: Context) -> Decisio
         partitions = []
         topics.append({"TopicName": topic_data["TopicName"], "TopicId": topic_data["TopicId"],
                        "Partitions": partitions})
+        election = policy = None  # the topic's, read at its first valid proposal (the image does not change here)
         for data in topic_data["Partitions"]:
-            result = {**struct_defaults("AlterPartitionResponse", "Topics", "Partitions"),
-                      "PartitionIndex": data["PartitionIndex"]}
+            result = answer.defaults()
+            result["PartitionIndex"] = data["PartitionIndex"]
             partitions.append(result)
             if topic is None:
                 result["ErrorCode"] = error_code("UNKNOWN_TOPIC_ID" if version > 1 else "UNKNOWN_TOPIC_OR_PARTITION")
@@ -275,10 +277,11 @@ def alter_partition(image: ClusterImage, request: dict, ctx: Context) -> Decisio
             if error != "NONE":
                 result["ErrorCode"] = error_code(error)
                 continue
+            if policy is None:
+                election, policy = topic_election(image, topic.name, ctx), elr_policy(image, topic, ctx.config)
             change = change_partition(partition, eligible, isr=[broker_id for broker_id, _ in isr],
-                                      election=topic_election(image, topic.name, ctx),
-                                      leader_recovery_state=data["LeaderRecoveryState"], mv=mv,
-                                      **elr_policy(image, topic, ctx.config))
+                                      election=election, leader_recovery_state=data["LeaderRecoveryState"], mv=mv,
+                                      **policy)
             if change is not None:
                 records.append(change)
                 partition = merge(partition, change["data"], partition.last_offset, partition.last_timestamp)
