@@ -207,10 +207,8 @@ def _validate_alter(image: ClusterImage, sender: int, partition: PartitionRegist
         return "INVALID_REQUEST"
     if data["PartitionEpoch"] < partition.partition_epoch:
         return "INVALID_UPDATE_VERSION"
-    members = [broker_id for broker_id, _ in isr]
-    if len(set(members)) != len(members) or not set(members) <= set(partition.replicas):
-        return "INVALID_REQUEST"
-    if partition.leader not in members:
+    members = {broker_id for broker_id, _ in isr}
+    if len(members) != len(isr) or not members.issubset(partition.replicas) or partition.leader not in members:
         return "INVALID_REQUEST"
     # A leader still recovering from an unclean election is the only replica with its data.
     if data["LeaderRecoveryState"] == 1 and (len(members) > 1 or partition.leader_recovery_state == 0):

@@ -296,6 +296,9 @@ class _Step:
         self.min_isrs: dict[str, int] = {}
         self.elections: dict = {}
         self.owned: dict[str, bool] = {}  # ``owns`` by topic id
+        # what a decision depends on besides the image, one for the step: each request sets its time and offset
+        self.ctx = Context(now_ms=0, offset=-1, config=config, owns=self.owns, whole_image=shards == 1,
+                           elections=self.elections)
 
     def cause_type(self, kind: str, offset: int) -> str | None:
         """The type of the event at ``offset`` a cause of ``kind`` names: one of this step's, or one the kind
@@ -702,8 +705,8 @@ class _Step:
         if self.unordered:
             _canonical_order(self.image)
             self.unordered = False
-        ctx = Context(now_ms=request["timestamp"], offset=request["offset"], config=self.config, owns=self.owns,
-                      whole_image=self.shards == 1, elections=self.elections)
+        ctx = self.ctx
+        ctx.now_ms, ctx.offset = request["timestamp"], request["offset"]
         starts = not state.in_term
         quiet = self.fast and not starts and self.quiet_at(ctx.now_ms)
         decision = handle_request(self.image, state.controller, request, ctx,
