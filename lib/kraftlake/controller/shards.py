@@ -729,7 +729,8 @@ class _Step:
         is replayed by every shard (they all decided it alike) and logged by shard 0. They are one batch, as
         in Kafka's log; ``before_decision``: what the controller did before deciding the request itself
         (session expiries, leader balance)."""
-        offset, leader_epoch, timestamp, shard = request["offset"], request["leader_epoch"], request["timestamp"], self.shard
+        offset, leader_epoch, timestamp = request["offset"], request["leader_epoch"], request["timestamp"]
+        shard = self.shard
         causing = [(place, offset, record) for place, record in enumerate(records)
                    if record["type"] in causes.CAUSE_TYPES]
         batch = Batch.of(causing) if causing else None  # (an empty batch explains no change either)
