@@ -533,3 +533,33 @@ def test_a_controlled_shutdown_writes_what_kafka_wrote():
     decision = decide_broker_heartbeat(image, state, heartbeat, ctx)
     assert decision.response["data"]["ShouldShutDown"] is True
     assert decision.records == [strip(real_fence)]
+
+
+def test_only_the_requests_that_place_replicas_skip_the_brokers_this_controller_is_shutting_down():
+    """Broker 4 asked to shut down while leading a partition, so it stays registered and unfenced in
+    controlled shutdown. ``dispatch.decide`` gives the brokers shutting down to CreateTopics and
+    CreatePartitions (``PLACES_REPLICAS``), whose placement skips them as Kafka's ``usableBrokers`` does;
+    an AlterPartition, which reads no such set, is decided all the same."""
+    c = Controller()
+    c.start(1, 2, 3, 4)
+    c.topic(T1, "t", [[4, 1]])
+    assert c.heartbeat(4, shutdown=True)["ShouldShutDown"] is False
+    assert (c.broker(4).fenced, c.broker(4).in_controlled_shutdown) == (False, True)
+    resp = c.request("CreateTopicsRequest", Topics=[{"Name": "u", "NumPartitions": 12, "ReplicationFactor": 2,
+                                                     "Assignments": [], "Configs": []}])
+    assert [t["ErrorCode"] for t in resp["Topics"]] == [0]
+    placed = [r["data"]["Replicas"] for r in c.records if r["type"] == "PartitionRecord"]
+    assert len(placed) == 12 and all(4 not in replicas for replicas in placed)
+    resp = c.request("CreatePartitionsRequest", Topics=[{"Name": "u", "Count": 24, "Assignments": None}],
+                     TimeoutMs=1000, ValidateOnly=False)
+    assert [t["ErrorCode"] for t in resp["Results"]] == [0]
+    placed = [r["data"]["Replicas"] for r in c.records if r["type"] == "PartitionRecord"]
+    assert len(placed) == 12 and all(4 not in replicas for replicas in placed)
+    leader, isr, leader_epoch, partition_epoch = c.partition(T1, 0)
+    assert (leader, isr) == (1, [1])
+    proposal = {"PartitionIndex": 0, "LeaderEpoch": leader_epoch, "PartitionEpoch": partition_epoch,
+                "LeaderRecoveryState": 0,
+                "NewIsrWithEpochs": [{"BrokerId": b, "BrokerEpoch": c.broker(b).epoch} for b in (1, 4)]}
+    resp = c.request("AlterPartitionRequest", BrokerId=1, BrokerEpoch=c.broker(1).epoch,
+                     Topics=[{"TopicId": T1, "Partitions": [proposal]}])
+    assert resp["Topics"][0]["Partitions"][0]["ErrorCode"] == error_code("INELIGIBLE_REPLICA")

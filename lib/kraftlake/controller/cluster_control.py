@@ -363,6 +363,8 @@ def due_leader_balance(state: ControllerState, config: Mapping[str, str], now_ms
     Kafka checks every ``leader.imbalance.check.interval.seconds`` while ``auto.leader.rebalance.enable``
     is true, the first check one interval after the controller took over.
     """
+    if state.balance_due_ms is not None and now_ms < state.balance_due_ms:
+        return False  # not due, whatever the configs say: tested first, as this runs before every request
     if setting(config, "auto.leader.rebalance.enable").strip().lower() != "true":
         return False
     interval = int(setting(config, "leader.imbalance.check.interval.seconds")) * 1000

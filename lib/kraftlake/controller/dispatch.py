@@ -27,6 +27,8 @@ TOPIC_REQUESTS: dict[str, Callable[[ClusterImage, dict, Context], Decision]] = {
     "CreateTopicsRequest": topics.create_topics,
     "DeleteTopicsRequest": topics.delete_topics,
 }
+# The decisions that read ``Context.shutting_down``: replica placement skips the brokers shutting down
+PLACES_REPLICAS = frozenset({"CreateTopicsRequest", "CreatePartitionsRequest"})
 PARTITION_REQUESTS: dict[str, Callable[[ClusterImage, dict, Context], Decision]] = {
     "AlterPartitionRequest": replication.alter_partition,
     "ElectLeadersRequest": replication.elect_leaders,
@@ -37,16 +39,18 @@ PARTITION_REQUESTS: dict[str, Callable[[ClusterImage, dict, Context], Decision]]
 
 
 def decide(image: ClusterImage, state: ControllerState, request: dict, ctx: Context,
-           shutting_down: frozenset[int] | None = None) -> Decision | None:
+           shutting_down: Callable[[], frozenset[int]] | None = None) -> Decision | None:
     """The decision for ``request`` as this shard sees it; None for a request no manager handles yet.
-    ``shutting_down``: ``cluster_control.shutting_down`` of this image and state, if the caller knows it."""
+    ``shutting_down``: gives ``cluster_control.shutting_down`` of this image and state, if the caller
+    keeps it. Only the decisions that place replicas read it (``PLACES_REPLICAS``), so the others do
+    not pay for a walk over every broker."""
     type_ = request["type"]
     if type_ in BROKER_REQUESTS:
         return BROKER_REQUESTS[type_](image, state, request, ctx)
-    if shutting_down is None:
-        shutting_down = cluster_control.shutting_down(image, state)
-    if shutting_down != ctx.shutting_down:  # usually both empty: no copy, which costs as much as a small decision
-        ctx = dataclasses.replace(ctx, shutting_down=shutting_down)
+    if type_ in PLACES_REPLICAS:
+        leaving = cluster_control.shutting_down(image, state) if shutting_down is None else shutting_down()
+        if leaving != ctx.shutting_down:  # usually both empty: no copy, which costs as much as a small decision
+            ctx = dataclasses.replace(ctx, shutting_down=leaving)
     if type_ in TOPIC_REQUESTS:
         return TOPIC_REQUESTS[type_](image, request, dataclasses.replace(ctx, owns=lambda topic_id: True))
     if type_ in PARTITION_REQUESTS:
@@ -74,7 +78,7 @@ def handle_request(image: ClusterImage, state: ControllerState, request: dict, c
         apply(cluster_control.expire_sessions(image, state, ctx))
     if cluster_control.due_leader_balance(state, ctx.config, ctx.now_ms):
         apply(replication.balance_partition_leaders(image, ctx))
-    return decide(image, state, request, ctx, None if shutting_down is None else shutting_down())
+    return decide(image, state, request, ctx, shutting_down)
 
 
 def merge_responses(parts: list[dict]) -> dict:

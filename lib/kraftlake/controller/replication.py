@@ -207,10 +207,8 @@ def _validate_alter(image: ClusterImage, sender: int, partition: PartitionRegist
         return "INVALID_REQUEST"
     if data["PartitionEpoch"] < partition.partition_epoch:
         return "INVALID_UPDATE_VERSION"
-    members = [broker_id for broker_id, _ in isr]
-    if len(set(members)) != len(members) or not set(members) <= set(partition.replicas):
-        return "INVALID_REQUEST"
-    if partition.leader not in members:
+    members = {broker_id for broker_id, _ in isr}
+    if len(members) != len(isr) or not members.issubset(partition.replicas) or partition.leader not in members:
         return "INVALID_REQUEST"
     # A leader still recovering from an unclean election is the only replica with its data.
     if data["LeaderRecoveryState"] == 1 and (len(members) > 1 or partition.leader_recovery_state == 0):
@@ -254,6 +252,7 @@ def alter_partition(image: ClusterImage, request: dict, ctx: Context) -> Decisio
             "ErrorCode": error_code("STALE_BROKER_EPOCH"), "Topics": []}, version))
     mv = metadata_version(image)
     eligible = eligible_replicas(image)
+    answer = _struct("AlterPartitionResponse", ("Topics", "Partitions"))
     records, topics = [], []
     for topic_data in body["Topics"]:
         topic = _alter_topic(image, topic_data, version)
@@ -262,9 +261,10 @@ def alter_partition(image: ClusterImage, request: dict, ctx: Context) -> Decisio
         partitions = []
         topics.append({"TopicName": topic_data["TopicName"], "TopicId": topic_data["TopicId"],
                        "Partitions": partitions})
+        election = policy = None  # the topic's, read at its first valid proposal (the image does not change here)
         for data in topic_data["Partitions"]:
-            result = {**struct_defaults("AlterPartitionResponse", "Topics", "Partitions"),
-                      "PartitionIndex": data["PartitionIndex"]}
+            result = answer.defaults()
+            result["PartitionIndex"] = data["PartitionIndex"]
             partitions.append(result)
             if topic is None:
                 result["ErrorCode"] = error_code("UNKNOWN_TOPIC_ID" if version > 1 else "UNKNOWN_TOPIC_OR_PARTITION")
@@ -275,10 +275,11 @@ def alter_partition(image: ClusterImage, request: dict, ctx: Context) -> Decisio
             if error != "NONE":
                 result["ErrorCode"] = error_code(error)
                 continue
+            if policy is None:
+                election, policy = topic_election(image, topic.name, ctx), elr_policy(image, topic, ctx.config)
             change = change_partition(partition, eligible, isr=[broker_id for broker_id, _ in isr],
-                                      election=topic_election(image, topic.name, ctx),
-                                      leader_recovery_state=data["LeaderRecoveryState"], mv=mv,
-                                      **elr_policy(image, topic, ctx.config))
+                                      election=election, leader_recovery_state=data["LeaderRecoveryState"], mv=mv,
+                                      **policy)
             if change is not None:
                 records.append(change)
                 partition = merge(partition, change["data"], partition.last_offset, partition.last_timestamp)

@@ -296,6 +296,9 @@ class _Step:
         self.min_isrs: dict[str, int] = {}
         self.elections: dict = {}
         self.owned: dict[str, bool] = {}  # ``owns`` by topic id
+        # what a decision depends on besides the image, one for the step: each request sets its time and offset
+        self.ctx = Context(now_ms=0, offset=-1, config=config, owns=self.owns, whole_image=shards == 1,
+                           elections=self.elections)
 
     def cause_type(self, kind: str, offset: int) -> str | None:
         """The type of the event at ``offset`` a cause of ``kind`` names: one of this step's, or one the kind
@@ -702,8 +705,8 @@ class _Step:
         if self.unordered:
             _canonical_order(self.image)
             self.unordered = False
-        ctx = Context(now_ms=request["timestamp"], offset=request["offset"], config=self.config, owns=self.owns,
-                      whole_image=self.shards == 1, elections=self.elections)
+        ctx = self.ctx
+        ctx.now_ms, ctx.offset = request["timestamp"], request["offset"]
         starts = not state.in_term
         quiet = self.fast and not starts and self.quiet_at(ctx.now_ms)
         decision = handle_request(self.image, state.controller, request, ctx,
@@ -719,28 +722,30 @@ class _Step:
                              rejected_row(request, f"the controller does not decide {request['type']} yet"))
             return
         self.generated(request, decision.records)
-        self.out.add("responses", "response", request["offset"],
-                     {**response_row(request, decision.response), "shard": self.shard})
+        self.out.add("responses", "response", request["offset"], response_row(request, decision.response, self.shard))
 
     def generated(self, request: dict, records: list[dict], before_decision: bool = False) -> None:
         """Records a decision made: partition records stay with their topic's shard; every other record
         is replayed by every shard (they all decided it alike) and logged by shard 0. They are one batch, as
         in Kafka's log; ``before_decision``: what the controller did before deciding the request itself
         (session expiries, leader balance)."""
-        batch = Batch.of((place, request["offset"], record) for place, record in enumerate(records))
+        offset, leader_epoch, timestamp = request["offset"], request["leader_epoch"], request["timestamp"]
+        shard = self.shard
+        causing = [(place, offset, record) for place, record in enumerate(records)
+                   if record["type"] in causes.CAUSE_TYPES]
+        batch = Batch.of(causing) if causing else None  # (an empty batch explains no change either)
         self.before_decision = before_decision
         for place, record in enumerate(records):
             topic_id = record["data"].get(TOPIC_SCOPED.get(record["type"], ""))
             if topic_id is not None and not self.owns(topic_id):
                 continue
-            logged = topic_id is not None or self.shard == 0
-            event = {**record, "offset": request["offset"], "leader_epoch": request["leader_epoch"],
-                     "timestamp": request["timestamp"], "source": None, "position": None}
+            logged = topic_id is not None or shard == 0
+            event = {**record, "offset": offset, "leader_epoch": leader_epoch, "timestamp": timestamp,
+                     "source": None, "position": None}
             self.apply(event, request, logged, batch, place)
             if logged:
                 # seq: the record's place among the request's records on this shard, whatever the batch
-                self.out.add("controller_log", "append", request["offset"],
-                             {**event, "shard": self.shard, "seq": self.logged})
+                self.out.add("controller_log", "append", offset, {**event, "shard": shard, "seq": self.logged})
                 self.logged += 1
 
     def finish(self, topics_before: dict, configs_before: dict) -> list[Output]:
@@ -899,13 +904,13 @@ def _partition_rows(image: ClusterImage, entries: list[tuple[tuple[str, int], in
                                                "last_offset", "last_timestamp")}})
 
 
-def response_row(request: dict, response: dict) -> dict:
+def response_row(request: dict, response: dict, shard: int) -> dict:
     data = response["data"]
     error_code = data.get("ErrorCode")
     return {"offset": request["offset"], "timestamp": request["timestamp"], "request_type": request["type"],
             "request_version": request["version"], "type": response["type"], "version": response["version"],
             "error_code": error_code, "error_name": error_name(error_code),
-            "error_message": data.get("ErrorMessage"), "data": data}
+            "error_message": data.get("ErrorMessage"), "data": data, "shard": shard}
 
 
 def _answer_row(request_type: str, version: int, data: dict) -> dict:
@@ -913,7 +918,7 @@ def _answer_row(request_type: str, version: int, data: dict) -> dict:
     makes it for the decision's answer ``data``."""
     request = {"offset": None, "timestamp": None, "type": request_type, "version": version}
     answer = response(request_type.replace("Request", "Response"), data, version)
-    return {**response_row(request, answer), "shard": 0}
+    return response_row(request, answer, 0)
 
 
 @cache

@@ -19,14 +19,16 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Iterator, MutableMapping
-from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 import numpy as np
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionRegistration:
+class PartitionRegistration(NamedTuple):
+    """One partition as Kafka's ``PartitionRegistration`` holds it. A named tuple: one is made per change
+    decided and again per change replayed, and a tuple is made in about a third of a frozen dataclass's time
+    (docs/performance.md, "Fourth pass")."""
+
     topic_id: str
     partition_id: int
     replicas: tuple[int, ...]
