@@ -262,9 +262,9 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if hi <= lo:
             return []
         # Every range, even one whose row groups hold none of ``typeIn`` (its task then reads nothing). Planning
-        # no task at all for such a micro-batch was tried: in the one full test run with it, the controller's
-        # query beside the quorum's failed three times deserialising its tasks (java.io.OptionalDataException),
-        # never before; not proven the cause, not kept.
+        # no task at all for such a micro-batch was tried once and dropped after a run whose tasks failed to
+        # deserialise (java.io.OptionalDataException); that failure was later traced to the source's shared
+        # environment map (``_settle_stream_worker_env``), so the idea is open again, untried since.
         return [_Range(a, b) for a, b in split_range(self._open(), self.column, lo, hi, STREAM_PARTITION_ROWS)]
 
     def _only(self) -> tuple[str, list[str]] | None:
