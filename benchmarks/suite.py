@@ -246,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", help="where the generated log and warehouses go (default: a temp dir)")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
+    if args.scale_out and (args.scale_out_events < 1 or args.scale_out_partitions < 1000):
+        parser.error("--scale-out needs --scale-out-events of at least 1 and --scale-out-partitions of at least "
+                     "1000 (whole topics of 1,000 partitions)")
     sizes = dict(QUICK if args.quick else FULL)
     for key in ("events", "topics", "partitions_per_topic", "rate", "latency_seconds", "trigger_ms",
                 "failover_partitions"):
