@@ -72,7 +72,7 @@ def wait_for_line(log: Path, pattern: str, process: subprocess.Popen, timeout: f
     return found[0]
 
 
-def _launcher_free_environ() -> dict[str, str]:
+def launcher_free_environ() -> dict[str, str]:
     """This process's environment without what spark-submit sets for the driver it starts (SPARK_HOME, a
     PYTHONPATH of zips inside it...): inherited by a launcher started from such a driver (the bench under
     ``./spark-submit.sh``), they would send it looking for Spark inside a zip."""
@@ -92,7 +92,7 @@ class SparkCluster:
 
     def env(self) -> dict[str, str]:
         # SPARK_LOCAL_IP: every daemon and web UI binds 127.0.0.1, not every interface
-        return {**_launcher_free_environ(), "SPARK_HOME": str(self.spark_home), "SPARK_LOCAL_IP": "127.0.0.1",
+        return {**launcher_free_environ(), "SPARK_HOME": str(self.spark_home), "SPARK_LOCAL_IP": "127.0.0.1",
                 "SPARK_LOG_DIR": str(self.folder), "PYSPARK_PYTHON": sys.executable,
                 "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}  # no REST server on a fixed port
 
@@ -132,5 +132,5 @@ class SparkCluster:
     @staticmethod
     def submit_env() -> dict[str, str]:
         # the driver's own ports (block manager, ...) on 127.0.0.1 too
-        return {**_launcher_free_environ(), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+        return {**launcher_free_environ(), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
                 "PYSPARK_DRIVER_PYTHON": sys.executable}

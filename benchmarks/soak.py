@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -47,8 +48,9 @@ from kraftlake.storage import DeltaRsTables
 from kraftlake.storage.deltars import dataset, read_range
 from kraftlake.storage.tables import controller_log_schema, controller_log_to_arrow, rows_to_arrow, rows_to_events
 
+from benchmarks.cluster import launcher_free_environ
 from benchmarks.memory import all_processes, family, role, roles_of
-from benchmarks.stats import log
+from benchmarks.stats import log, percentile
 
 REPO = Path(__file__).resolve().parent.parent
 STATE_TABLES = tables_of("controller", "state")
@@ -87,9 +89,9 @@ class Controller:
             self.start()
 
     def start(self) -> None:
-        # as from a fresh shell: nothing of the spark-submit that started this process (its JVM's gateway,
-        # its SPARK_HOME, its pyspark.zip on the path), or the controller would join that JVM
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_")) and k != "PYTHONPATH"}
+        # as from a fresh shell: nothing of the spark-submit that started this process, or the controller would
+        # join that JVM
+        env = launcher_free_environ()
         with self.log_path.open("a") as out:
             out.write(f"\n--- start {len(self.starts) + 1} at {datetime.now(timezone.utc).isoformat()} ---\n")
             out.flush()
@@ -148,6 +150,28 @@ def committed_offset(checkpoint: Path) -> int:
         except (OSError, ValueError, KeyError, IndexError):
             continue  # written as we read: the one before will do
     return -1
+
+
+START_MARK = re.compile(r"^--- start (\d+) at (\S+) ---$", re.MULTILINE)  # ``Controller.start``'s line
+
+
+def restart_times(log_path: Path, checkpoint: Path) -> dict:
+    """Seconds from each start after the first (a SIGKILL's, or a crash's, restart) to the first micro-batch
+    that start committed, from the start lines of the controller's log and the times of the checkpoint's
+    commit files: p50 and max, and the starts that committed nothing before the next one (killed first)."""
+    starts = [datetime.fromisoformat(m.group(2)).timestamp() for m in START_MARK.finditer(log_path.read_text())]
+    commits = checkpoint / "commits"
+    written = sorted(p.stat().st_mtime for p in commits.iterdir() if p.name.isdigit()) if commits.is_dir() else []
+    times, none = [], 0
+    for start, following in zip(starts[1:], starts[2:] + [float("inf")]):
+        first = next((t for t in written if start < t < following), None)
+        if first is None:
+            none += 1
+        else:
+            times.append(first - start)
+    return {"p50": round(percentile(times, 50), 1) if times else None,
+            "max": round(max(times), 1) if times else None, "starts": len(starts) - 1,
+            "starts_without_a_commit": none}
 
 
 # --- the one-shot replay and the comparison ---------------------------------------------------------------
@@ -355,6 +379,7 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
         "controller_starts": len(controller.starts), "kills": len(controller.starts) - 1 - len(controller.crashes),
         "crashes": controller.crashes,
         "drained": drained, "drain_s": round(drain_s, 1), "last_exit_code": exit_code,
+        "restart_s": restart_times(controller.log_path, checkpoint),
         "lag_events": {"max": max((v for _, v in lag), default=None),
                        "at_feed_end": next((v for t, v in reversed(lag) if t <= fed_s), None)},
         "tables": compare, "tables_equal_one_shot_replay": all(c["equal"] for c in compare.values()),

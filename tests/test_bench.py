@@ -9,12 +9,14 @@ import struct
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 
 import pytest
 
 from benchmarks import stats, suite
 from benchmarks.memory import job_root, roles_of
 from benchmarks.scale_out import split_of
+from benchmarks.soak import restart_times
 
 
 def test_slopes_and_percentiles():
@@ -54,6 +56,24 @@ def test_a_replay_split_from_spark_s_event_log_rolled_into_files(tmp_path):
     assert split_of(tmp_path) == {
         "application_s": 11.0, "before_first_job_s": 2.0, "jobs_s": 7.0, "driver_alone_s": 2.0,
         "first_micro_batch_job_s": 5.0, "controller_jobs": 2, "task_s_by_executor": {"0": 1.5, "1": 2.0}}
+
+
+def test_restart_times_from_the_soak_s_start_lines_and_the_checkpoint_s_commit_files(tmp_path):
+    """Each start after the first is timed to the first commit written before the next start; a start
+    killed before it committed anything is counted, not timed."""
+    t0 = 1_795_000_000.0
+    log = tmp_path / "soak-controller.log"
+    log.write_text("".join(f"\n--- start {i + 1} at {datetime.fromtimestamp(t0 + 60 * i, timezone.utc).isoformat()} ---\n"
+                           f"[controller] output of life {i + 1}\n" for i in range(4)))
+    commits = tmp_path / "checkpoint" / "commits"
+    commits.mkdir(parents=True)
+    for batch, at in enumerate([30, 85, 90, 200]):  # lives 1, 2, 2 and 4: life 3 committed nothing
+        (commits / str(batch)).write_text("v1\n")
+        os.utime(commits / str(batch), (t0 + at, t0 + at))
+    (commits / ".0.crc").write_text("")
+
+    assert restart_times(log, tmp_path / "checkpoint") == {"p50": 22.5, "max": 25.0, "starts": 3,
+                                                          "starts_without_a_commit": 1}
 
 
 def test_memory_roles_of_a_driver_that_spark_submit_started(tmp_path):
