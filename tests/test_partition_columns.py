@@ -190,3 +190,34 @@ def test_which_tuples_hold_an_item_is_answered_for_tuples_coded_after_it_was_fir
     codes.codes_of(tuple(t) for t in later)
     assert codes.holding(item).tolist() == [item in v for v in codes.values]
     assert codes.holding(item + 1).tolist() == [item + 1 in v for v in codes.values]
+
+
+def test_a_state_kept_in_memory_keeps_the_tuples_its_partitions_hold_not_every_one_seen():
+    """Issue 27: a worker keeps the state it wrote last, so steps follow each other on one state without
+    the bytes round trip; a partition whose ISR goes through a thousand different lists must not leave the
+    store with a thousand tuples, and the state stays what the round trip gives."""
+    topic_id = "8GwUSgJbQT-KmgIepkin3Q"
+    log = [{"type": "TopicRecord", "version": 0, "data": {"Name": "t", "TopicId": topic_id}},
+           {"type": "PartitionRecord", "version": 0,
+            "data": {"PartitionId": 0, "TopicId": topic_id, "Replicas": [1, 2, 3], "Isr": [1, 2, 3], "Leader": 1}}]
+    log += [{"type": "PartitionChangeRecord", "version": 0,
+             "data": {"PartitionId": 0, "TopicId": topic_id, "Isr": [1, 2 + i]}} for i in range(1000)]
+    events = [{**validate_event({**e, "timestamp": 1_000 + i}), "offset": i, "leader_epoch": 1, "source": None,
+               "position": None} for i, e in enumerate(log)]
+    kept, raw = ShardState(ClusterImage()), ShardState(ClusterImage()).to_bytes()
+    kept_tables: dict = {}
+    bytes_tables: dict = {}
+    for start in range(0, len(events), 100):
+        chunk = events[start:start + 100]
+        apply_outputs(kept_tables, step(0, 1, kept, chunk))
+        through_bytes = ShardState.from_bytes(raw)
+        apply_outputs(bytes_tables, step(0, 1, through_bytes, chunk))
+        raw = through_bytes.to_bytes()
+        assert kept.to_bytes() == raw
+    assert _rows(kept_tables) == _rows(bytes_tables)
+    assert len(bytes_tables["partition_history"]) == 1001
+    store = kept.image.store
+    held = {t for p in kept.image.iter_partitions() for t in (p.replicas, p.isr, p.removing_replicas,
+                                                               p.adding_replicas, p.elr, p.last_known_elr)}
+    assert kept.image.partition(topic_id, 0).isr == (1, 1001)
+    assert len(store.ints.values) <= 2 * len(held | {()})

@@ -857,7 +857,9 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
             work.event(event)
         if creations:
             work.creations(creations)
-        return work.finish(topics_before, configs_before)
+        rows = work.finish(topics_before, configs_before)
+        image.store.compact_codes()
+        return rows
 
 
 def _batches(events: list[dict]) -> dict[tuple[str, int], Batch]:

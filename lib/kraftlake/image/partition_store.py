@@ -125,6 +125,7 @@ class PartitionStore:
         self.dirty: set[PartitionMap] = set()  # maps holding registrations not yet in the columns
         self.maps: dict[str, PartitionMap] = {}  # by topic id: the maps made over this store
         self._lookup: tuple[np.ndarray, np.ndarray] | None = None  # sorted (topic, partition) keys, rows
+        self._checked = {"ints": 1, "dirs": 1}  # each table's size when ``compact_codes`` last looked at it
 
     # -- topics and rows ------------------------------------------------------------------------------
 
@@ -249,6 +250,34 @@ class PartitionStore:
         representative[shape] = np.arange(len(rows))  # any row of a shape stands for it
         return shape, representative
 
+    def compact_codes(self) -> None:
+        """Drop the list tuples no row holds once they outnumber the held ones, renumbering the codes (the
+        empty tuple stays 0; a removed topic's rows keep theirs, as its map still answers). A table only
+        gains a tuple per list ever seen, so a state kept in memory between micro-batches -- never going
+        through ``to_bytes``, which keeps only the held -- grew with the requests, not with the cluster
+        (issue 27). A table is looked at again only once it has doubled since the last look (finding the
+        held codes reads every row), so it stays within four times the held tuples. Call between steps:
+        codes held outside the columns (a run's ``partition_changes.Applied``) would point at other tuples
+        afterwards."""
+        self.flush()
+        for names, key in ((INT_LISTS, "ints"), (("directories",), "dirs")):
+            table: Codes = getattr(self, key)
+            if len(table.values) <= 2 * self._checked[key]:
+                continue
+            held = np.zeros(len(table.values), np.bool_)
+            held[0] = True
+            for n in names:
+                held[self.cols[n][:self.size]] = True
+            used = np.flatnonzero(held)
+            self._checked[key] = len(table.values)
+            if len(table.values) <= 2 * len(used):
+                continue
+            self._checked[key] = len(used)
+            remap = (np.cumsum(held) - 1).astype(np.int32)
+            for n in names:
+                self.cols[n][:self.size] = remap[self.cols[n][:self.size]]
+            setattr(self, key, Codes(table.values[c] for c in used.tolist()))
+
     # -- copies and bytes -----------------------------------------------------------------------------
 
     def copy(self) -> PartitionStore:
@@ -259,6 +288,7 @@ class PartitionStore:
         other.size = self.size
         other.ints, other.dirs = Codes(self.ints.values), Codes(self.dirs.values)
         other.topics = Codes(self.topics.values)
+        other._checked = dict(self._checked)
         for topic_id, partitions in self.maps.items():
             other.maps[topic_id] = PartitionMap(other, topic_id, dict(partitions.rows), dict(partitions.objects))
         return other
@@ -302,6 +332,7 @@ class PartitionStore:
         n = header["rows"]
         store.ints = Codes(tuple(v) for v in header["ints"])
         store.dirs = Codes(tuple(v) for v in header["dirs"])
+        store._checked = {"ints": len(store.ints.values), "dirs": len(store.dirs.values)}
         store._allocate(n)
         at = 0
         for name in FIELDS:
