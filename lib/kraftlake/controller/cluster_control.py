@@ -25,8 +25,6 @@ import enum
 from dataclasses import dataclass, field
 from typing import Mapping
 
-import numpy as np
-
 from kraftlake.controller.decisions import Context, Decision, error_code, record, response
 from kraftlake.controller.elections import (MV_DIRECTORIES, change_partition, eligible_replicas, elr_enabled,
     elr_policy, metadata_version, supports)
@@ -428,10 +426,7 @@ def _expired(session: Session, timeout_ms: int, now_ms: int) -> bool:
 def _leads_any(image: ClusterImage, broker_id: int) -> bool:
     """Asked at every heartbeat of a broker in controlled shutdown, so on the columns, not partition by
     partition (Kafka keeps an index of leaderships for it, ``BrokersToIsrs``)."""
-    store = image.store
-    store.flush()
-    alive, leader = store.cols["alive"][:store.size], store.cols["leader"][:store.size]
-    return bool(np.any(alive & (leader == broker_id)))
+    return len(image.store.rows_led_by(broker_id)) > 0
 
 
 def _lowest_active_offset(image: ClusterImage, state: ControllerState) -> int:
@@ -572,9 +567,8 @@ def _leaderless(image: ClusterImage) -> dict[str, list[int]]:
     """The partitions without a leader, by topic id, found on the columns: an unfencing looks for them in
     every topic, and most topics have none."""
     store = image.store
-    store.flush()
-    cols, size = store.cols, store.size
-    rows = np.flatnonzero(cols["alive"][:size] & (cols["leader"][:size] == NO_LEADER))
+    rows = store.rows_led_by(NO_LEADER)
+    cols = store.cols
     found: dict[str, list[int]] = {}
     topic_ids = store.topics.values
     for ordinal, partition_id in zip(cols["topic"][rows].tolist(), cols["partition_id"][rows].tolist()):

@@ -226,6 +226,11 @@ class PartitionStore:
         at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
         return np.where(keys[at] == wanted, rows[at], -1)
 
+    def rows_led_by(self, leader: int) -> np.ndarray:
+        """The live rows whose leader is ``leader`` (``NO_LEADER``: the leaderless ones), after ``flush``."""
+        self.flush()
+        return np.flatnonzero(self.cols["alive"][:self.size] & (self.cols["leader"][:self.size] == leader))
+
     def rows_holding(self, broker_id: int, lists: tuple[str, ...]) -> np.ndarray:
         """The live rows where ``broker_id`` is in any of the ``lists`` (INT_LISTS names), after ``flush``:
         membership is asked once per distinct tuple, then looked up per row."""
