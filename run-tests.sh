@@ -21,6 +21,12 @@ export PYTHONPATH="$KL_ROOT/lib:$KL_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 # Spark's Python workers must use the venv too, or they import a different pyspark/pyarrow.
 export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$KL_PY}"
 export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$KL_PY}"
+# The suite starts dozens of short-lived Spark JVMs (its sessions, every job it runs as a process), each
+# busy compiling Spark's startup path with both JIT tiers while another test's JVM wants the same two
+# cores. The quick tier alone cut a small controller job's CPU by ~20 % here (docs/performance.md, "The
+# test suite's time"). Tests only: a long replay wants the optimising tier. Spark's launcher passes
+# SPARK_SUBMIT_OPTS to the driver's JVM.
+export SPARK_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:--XX:TieredStopAtLevel=1}"
 
 # Run all of tests/ unless paths were named (passing `tests` as well would run everything).
 # Two test processes unless -n was given (KRAFTLAKE_TEST_WORKERS; 0: one, in this process, as a debugger
