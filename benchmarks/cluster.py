@@ -129,6 +129,22 @@ class SparkCluster:
                 "--conf", f"spark.sql.shuffle.partitions={self.workers}",  # one per executor core
                 *sum((["--conf", c] for c in conf), []), f"jobs/{job}", *args]
 
+    def submit(self, job: str, *args: str, err: Path, conf: tuple[str, ...] = (),
+               timeout: float | None = None) -> tuple[str, float]:
+        """Run ``jobs/<job>`` on this cluster to its exit (``submit_command``), its stderr into the file ``err``;
+        (its stdout, seconds from submission to exit). A job that fails raises, with the end of its output:
+        the bench and the tests alike must stop there rather than measure or compare what it did not write."""
+        began = time.monotonic()
+        with err.open("wb") as stderr:
+            done = subprocess.run(self.submit_command(job, *args, conf=conf), cwd=REPO, env=self.submit_env(),
+                                  stdout=subprocess.PIPE, stderr=stderr, text=True, timeout=timeout)
+        seconds = time.monotonic() - began
+        if done.returncode != 0:
+            raise RuntimeError(f"{job} on {self.workers} worker(s) ended with exit code {done.returncode}; its stdout "
+                               f"ends:\n{done.stdout[-2000:]}\nits stderr ({err}) ends:\n"
+                               f"{err.read_text(errors='replace')[-4000:]}")
+        return done.stdout, seconds
+
     @staticmethod
     def submit_env() -> dict[str, str]:
         # the driver's own ports (block manager, ...) on 127.0.0.1 too

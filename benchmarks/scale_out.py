@@ -18,12 +18,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from benchmarks.cluster import REPO, SparkCluster
+from benchmarks.cluster import SparkCluster
 from benchmarks.stats import log
 
 WORKERS = (1, 2)
@@ -86,16 +84,9 @@ def split_of(folder: Path) -> dict:
             "task_s_by_executor": {k: round(v, 1) for k, v in sorted(tasks.items())}}
 
 
-def _submit(cluster: SparkCluster, out: Path, job: str, *args: str, conf: tuple[str, ...] = ()) -> tuple[float, str]:
-    """Run a job on ``cluster``; (seconds from submission to exit, its last stdout line). Its stderr goes to ``out``."""
-    began = time.monotonic()
-    with out.open("wb") as err:
-        done = subprocess.run(cluster.submit_command(job, *args, conf=conf), cwd=REPO, env=cluster.submit_env(),
-                              stdout=subprocess.PIPE, stderr=err, text=True)
-    seconds = time.monotonic() - began
-    if done.returncode != 0:
-        raise RuntimeError(f"{job} on {cluster.workers} worker(s) ended with exit code {done.returncode}; see {out}")
-    return seconds, (done.stdout.strip().splitlines() or [""])[-1]
+def _last_line(stdout: str) -> str:
+    """What a job said last (its summary), or nothing."""
+    return (stdout.strip().splitlines() or [""])[-1]
 
 
 def measure_scale_out(work: Path, log_dir: Path, args: Any) -> dict:
@@ -113,17 +104,18 @@ def measure_scale_out(work: Path, log_dir: Path, args: Any) -> dict:
         warehouse = str(folder / "warehouse")
         cluster = SparkCluster(spark_home, folder, workers).start()
         try:
-            seconds, said = _submit(cluster, folder / "ingest.err", "ingest.py", "--warehouse", warehouse,
-                                    "--override", f"kraftlake.ingest.workers={workers}", *overrides, str(log_dir))
+            stdout, seconds = cluster.submit("ingest.py", "--warehouse", warehouse, "--override",
+                                             f"kraftlake.ingest.workers={workers}", *overrides, str(log_dir),
+                                             err=folder / "ingest.err")
             out["ingest"][f"workers_{workers}_s"] = round(seconds, 1)
-            log(f"scale-out: ingest, {workers} worker(s): {seconds:.1f} s ({said})")
+            log(f"scale-out: ingest, {workers} worker(s): {seconds:.1f} s ({_last_line(stdout)})")
             events = ("spark.eventLog.enabled=true", f"spark.eventLog.dir={folder / 'events'}",
                       "spark.eventLog.compress=false")
-            seconds, said = _submit(cluster, folder / "replay.err", "controller.py", "--warehouse", warehouse, "--once",
-                                    "--shards", str(args.shards), *overrides, conf=events)
+            stdout, seconds = cluster.submit("controller.py", "--warehouse", warehouse, "--once", "--shards",
+                                             str(args.shards), *overrides, err=folder / "replay.err", conf=events)
             out["replay"][f"workers_{workers}_s"] = round(seconds, 1)
             out["replay_split"][f"workers_{workers}"] = split_of(folder / "events")
-            log(f"scale-out: replay, {workers} worker(s): {seconds:.1f} s ({said})")
+            log(f"scale-out: replay, {workers} worker(s): {seconds:.1f} s ({_last_line(stdout)})")
         finally:
             cluster.stop()
     for stage in ("ingest", "replay"):

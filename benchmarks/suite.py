@@ -41,12 +41,13 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from kraftlake import codec
 from kraftlake.cli.config import add_common_arguments, config_from_args
 from kraftlake.cli.runtime import kafka_configs, meter, open_warehouse
 from kraftlake.codec.writer import write_partition_dir
+from kraftlake.metadata.config import Config
 from kraftlake.metadata.progress import Meter
 from kraftlake.sim.cluster import ClusterSimulator, SimulationOptions
 from kraftlake.sim.cluster_traffic import write_requests
@@ -68,6 +69,9 @@ from benchmarks.stats import chunks, log, timed
 # The pure core in one process: the shards' steps over the log in micro-batch sized chunks (what the Spark job
 # runs, without Spark), outputs made but not folded into tables.
 CORE = "core replay"
+
+# The generated logs of --target and --scale-out are of topics of this many partitions each.
+PARTITIONS_PER_TOPIC = 1000
 
 # Sizes of a full run and of --quick (which must stay a few seconds of core time: a test runs it).
 FULL = {"events": 1_000_000, "topics": 100, "partitions_per_topic": 100, "failover_partitions": 100_000,
@@ -106,6 +110,23 @@ def write_log_streaming(log_dir: Path, events: Iterable[dict], segment_events: i
     return count, size
 
 
+def cluster_events(events: int, partitions: int, brokers: int) -> Iterator[dict]:
+    """The generated log of ``--target`` and ``--scale-out``: ``events`` over ``partitions`` partitions in topics
+    of ``PARTITIONS_PER_TOPIC`` (the parser accepts only whole topics, so the cluster has exactly as many)."""
+    return generate(events, brokers=brokers, topics=partitions // PARTITIONS_PER_TOPIC,
+                    partitions_per_topic=PARTITIONS_PER_TOPIC)
+
+
+def write_cluster_log(config: Config, folder: Path, events: int, partitions: int, brokers: int) -> tuple[Path, int, int]:
+    """``cluster_events`` written chunk by chunk into ``folder``/__cluster_metadata-0, ``folder`` emptied first;
+    (the log's directory, events, bytes)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    log_dir = folder / "__cluster_metadata-0"
+    count, size = write_log_streaming(log_dir, cluster_events(events, partitions, brokers),
+                                      meter=meter(config, "bench generate", "events", events))
+    return log_dir, count, size
+
+
 def core_stage(stages: dict, seconds: float, records: int) -> None:
     stages[CORE] = {"seconds": round(seconds, 3), "records": records, "records_per_s": round(records / seconds)}
     log(f"{CORE}: {records:,} records in {seconds:.2f} s = {stages[CORE]['records_per_s']:,} records/s")
@@ -116,17 +137,11 @@ def measure_target(config, work: Path, args: argparse.Namespace) -> dict:
     by the Spark job (AvailableNow), against the raw Delta scan of the same log and the pure core's steps
     over it in one process. Nothing holds the log in memory: it is generated into segments chunk by chunk,
     ingested, scanned and replayed; the core replays it as it is generated (generation not timed)."""
-    events, topics, per_topic = args.target_events, args.target_partitions // 1000, 1000
-    out: dict = {"events": events, "partitions": topics * per_topic, "shards": args.shards,
+    events, partitions = args.target_events, args.target_partitions
+    out: dict = {"events": events, "partitions": partitions, "shards": args.shards,
                  "max_records_per_batch": args.target_batch}
-    log_dir = work / "target" / "__cluster_metadata-0"
-    shutil.rmtree(work / "target", ignore_errors=True)
-
-    def log_events():
-        return generate(events, brokers=args.brokers, topics=topics, partitions_per_topic=per_topic)
-
     started = time.perf_counter()
-    count, size = write_log_streaming(log_dir, log_events(), meter=meter(config, "bench generate", "events", events))
+    log_dir, count, size = write_cluster_log(config, work / "target", events, partitions, args.brokers)
     out["generate_and_encode_s"] = round(time.perf_counter() - started, 1)
     out["log_bytes"] = size
     log(f"target: {count:,} events, {size / 1e6:,.0f} MB in {out['generate_and_encode_s']} s")
@@ -147,7 +162,8 @@ def measure_target(config, work: Path, args: argparse.Namespace) -> dict:
               lambda: run(warehouse, settings, meter(config, "bench replay", "offsets")))
     out["peak_pss_bytes"] = memory.peak
     gc.collect()
-    seconds, replayed, _ = core_replay_chunked(log_events(), args.shards, chunk=args.target_batch,
+    seconds, replayed, _ = core_replay_chunked(cluster_events(events, partitions, args.brokers), args.shards,
+                                               chunk=args.target_batch,
                                                meter=meter(config, "bench core", "events", events))
     core_stage(stages, seconds, replayed)
     replay = stages["Spark replay (AvailableNow)"]
@@ -216,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target-requests", type=int,
                         help=f"requests stage, of the soak's mix (--soak-brokers, --soak-topics, --soak-batch; "
                              f"default {FULL['target_requests']:,}, --quick {QUICK['target_requests']:,}; 0: skip it)")
-    parser.add_argument("--target-partitions", type=int, default=1_000_000, help="in topics of 1,000 partitions")
+    parser.add_argument("--target-partitions", type=int, default=1_000_000,
+                        help="a multiple of 1,000 (topics of 1,000 partitions)")
     parser.add_argument("--target-batch", type=int, default=1_000_000, help="max log rows per micro-batch")
     parser.add_argument("--soak", action="store_true",
                         help="only the soak run: the continuous controller under steady traffic, killed at intervals")
@@ -238,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the scale-out run: ingest and replay on a standalone cluster of 1, then 2 one-core "
                              "workers; adds \"scale_out\" to --report, keeping what it holds")
     parser.add_argument("--scale-out-events", type=int, default=2_000_000, help="events of its log")
-    parser.add_argument("--scale-out-partitions", type=int, default=200_000, help="in topics of 1,000 partitions")
+    parser.add_argument("--scale-out-partitions", type=int, default=200_000,
+                        help="a multiple of 1,000 (topics of 1,000 partitions)")
     parser.add_argument("--fixtures", default=str(Path(__file__).resolve().parent.parent.parent / "shared" /
                                                   "fixtures" / "kafka-logs"))
     parser.add_argument("--report", default="bench-report.json")
@@ -246,9 +264,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", help="where the generated log and warehouses go (default: a temp dir)")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
-    if args.scale_out and (args.scale_out_events < 1 or args.scale_out_partitions < 1000):
-        parser.error("--scale-out needs --scale-out-events of at least 1 and --scale-out-partitions of at least "
-                     "1000 (whole topics of 1,000 partitions)")
+    if args.scale_out and args.scale_out_events < 1:
+        parser.error(f"--scale-out-events must be at least 1, not {args.scale_out_events}")
+    for flag, used, partitions in (("--target-partitions", args.target and args.target_events, args.target_partitions),
+                                   ("--scale-out-partitions", args.scale_out, args.scale_out_partitions)):
+        if used and (partitions < PARTITIONS_PER_TOPIC or partitions % PARTITIONS_PER_TOPIC):
+            parser.error(f"{flag} must be a positive multiple of {PARTITIONS_PER_TOPIC:,} (whole topics of "
+                         f"{PARTITIONS_PER_TOPIC:,} partitions), not {partitions}")
     sizes = dict(QUICK if args.quick else FULL)
     for key in ("events", "topics", "partitions_per_topic", "rate", "latency_seconds", "trigger_ms",
                 "failover_partitions"):
@@ -275,11 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report, indent=2))
         return 0
     if args.scale_out:
-        log_dir = work / "scale-out" / "__cluster_metadata-0"
-        shutil.rmtree(log_dir.parent, ignore_errors=True)
-        count, size = write_log_streaming(log_dir, generate(
-            args.scale_out_events, brokers=args.brokers, topics=max(1, args.scale_out_partitions // 1000),
-            partitions_per_topic=1000), meter=meter(config, "bench generate", "events", args.scale_out_events))
+        log_dir, count, size = write_cluster_log(config, work / "scale-out", args.scale_out_events,
+                                                 args.scale_out_partitions, args.brokers)
         log(f"scale-out: {count:,} events, {size / 1e6:,.0f} MB")
         path = Path(args.report)
         report = json.loads(path.read_text()) if path.exists() else {"machine": report["machine"]}

@@ -58,6 +58,19 @@ def test_a_replay_split_from_spark_s_event_log_rolled_into_files(tmp_path):
         "first_micro_batch_job_s": 5.0, "controller_jobs": 2, "task_s_by_executor": {"0": 1.5, "1": 2.0}}
 
 
+@pytest.mark.parametrize("argv", [["--scale-out", "--scale-out-partitions", "1500"],
+                                  ["--scale-out", "--scale-out-partitions", "0"],
+                                  ["--target", "--target-partitions", "999"]])
+def test_generated_cluster_partitions_must_be_whole_topics(argv, capsys):
+    """The generated logs have topics of 1,000 partitions: any other count is refused before any work, by one
+    line naming the flag and what it takes, rather than rounded to a cluster of another size."""
+    with pytest.raises(SystemExit) as exit_:
+        suite.main(argv)
+    assert exit_.value.code == 2
+    said = capsys.readouterr().err.splitlines()[-1]
+    assert f"{argv[1]} must be a positive multiple of 1,000" in said and said.endswith(f"not {argv[2]}")
+
+
 def test_restart_times_from_the_soak_s_start_lines_and_the_checkpoint_s_commit_files(tmp_path):
     """Each start after the first is timed to the first commit written before the next start; a start
     killed before it committed anything is counted, not timed."""

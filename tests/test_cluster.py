@@ -1,7 +1,8 @@
 """The jobs on a real Spark standalone cluster (a master and two one-core workers on 127.0.0.1, from the
-pinned pyspark), submitted with ``./spark-submit.sh --master spark://...`` as a user would: ingest, the
-controller (``--once``, then running while new events are ingested), which runs the quorum query
-beside it, the quorum view and SQL. Every table must equal a local-mode run of the same log.
+pinned pyspark), submitted with ``./spark-submit.sh --master spark://...`` as a user would: ingest, then
+the controller, running: it replays the log ingested before it started, then answers requests ingested
+while it runs, with the quorum query beside it; then SQL and the quorum view over the warehouse it left.
+Every table must equal a local-mode run of the same log.
 
 The cluster is started once per test session (``spark_cluster`` in conftest), only when a test here runs.
 Executors are separate processes on other "hosts" (their own work directories and Python workers), so
@@ -11,7 +12,6 @@ this also proves what must travel to them does: the library zip, the data source
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 
@@ -24,18 +24,9 @@ from kraftlake.sim.sample import write_sample
 from kraftlake.storage import Warehouse
 from kraftlake.storage.ingest import ingest
 from servers import start, stop, wait_for
-from streaming_helpers import REPO_ROOT, run_controller, sorted_rows, why_failed
+from streaming_helpers import REPO_ROOT, committed_offset, run_controller, sorted_rows, why_failed
 
 SHARDS = 4  # kraftlake.shards' default, which the submitted jobs use
-
-
-def submit(cluster, job: str, *args: str, timeout: float = 300) -> tuple[str, float]:  # noqa: ANN001
-    """Run ``./spark-submit.sh --master <cluster> jobs/<job> args``; (stdout, seconds)."""
-    started = time.monotonic()
-    out = subprocess.run(cluster.submit_command(job, *args), cwd=REPO_ROOT, env=cluster.submit_env(),
-                         capture_output=True, text=True, timeout=timeout)
-    assert out.returncode == 0, f"{job} failed ({out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}"
-    return out.stdout, time.monotonic() - started
 
 
 def all_tables(warehouse: Warehouse) -> dict[str, list[dict]]:
@@ -64,28 +55,29 @@ def test_jobs_on_a_standalone_cluster_equal_local_mode(spark_cluster, spark, tmp
     on_cluster = tmp_path / "cluster-warehouse"
     times: dict[str, float] = {}
 
-    out, times["ingest"] = submit(spark_cluster, "ingest.py", "--warehouse", str(on_cluster), *first)
-    assert "0 rejected" in out.splitlines()[-1]
-    out, times["controller --once"] = submit(spark_cluster, "controller.py", "--warehouse", str(on_cluster), "--once")
-    assert "quorum_state" in out
+    def submit(job: str, *args: str) -> str:
+        out, times[job] = spark_cluster.submit(job, "--warehouse", str(on_cluster), *args,
+                                               err=tmp_path / f"{job}.err", timeout=300)
+        return out
 
-    out, times["sql"] = submit(spark_cluster, "sql.py", "--warehouse", str(on_cluster), "--format", "json",
-                               "SELECT broker_id, fenced, in_controlled_shutdown FROM brokers ORDER BY broker_id")
-    brokers = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    assert brokers == [{k: r[k] for k in ("broker_id", "fenced", "in_controlled_shutdown")}
-                       for r in sorted(Warehouse(str(on_cluster)).read_arrow("brokers").to_pylist(),
-                                       key=lambda r: r["broker_id"])]
-    out, times["quorum describe"] = submit(spark_cluster, "quorum.py", "--warehouse", str(on_cluster),
-                                           "describe", "--status", "--format", "json")
-    status = json.loads(out.splitlines()[-1])
+    assert "0 rejected" in submit("ingest.py", *first).splitlines()[-1]
 
-    # the controller keeps running on the cluster while the what-if requests are ingested
+    # the controller, started on the cluster, replays the log ingested before it (both queries up to its last
+    # offset), then answers the what-if requests ingested while it runs
     warehouse = Warehouse(str(on_cluster))
+    end = warehouse.max_value("metadata_log", "offset")
+    checkpoint = on_cluster / "_checkpoints" / "controller"
     log = tmp_path / "controller-continuous.log"
+    started = time.monotonic()
     controller = start(spark_cluster.submit_command("controller.py", "--warehouse", str(on_cluster),
                                       "--override", "kraftlake.controller.trigger.interval.ms=500"),
                        log, spark_cluster.submit_env(), cwd=REPO_ROOT)
     try:
+        replayed = wait_for(lambda: committed_offset(checkpoint) == end == committed_offset(checkpoint / "quorum")
+                            or controller.poll() is not None, 240, every=0.5)
+        times["continuous: started to the first log replayed"] = time.monotonic() - started
+        assert replayed and controller.poll() is None, \
+            f"the running controller did not replay the first log:\n{why_failed(log.read_text())}"
         # fed twice: the answers to the first part show the query is up before the second part lands
         for part in parts:
             expected = warehouse.read_arrow("responses").num_rows + len(part.read_text().splitlines())
@@ -98,6 +90,13 @@ def test_jobs_on_a_standalone_cluster_equal_local_mode(spark_cluster, spark, tmp
                 f"no answers from the running controller:\n{why_failed(log.read_text())}"
     finally:
         stop(controller)
+
+    out = submit("sql.py", "--format", "json",
+                 "SELECT broker_id, fenced, in_controlled_shutdown FROM brokers ORDER BY broker_id")
+    brokers = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert brokers == [{k: r[k] for k in ("broker_id", "fenced", "in_controlled_shutdown")}
+                       for r in sorted(warehouse.read_arrow("brokers").to_pylist(), key=lambda r: r["broker_id"])]
+    status = json.loads(submit("quorum.py", "describe", "--status", "--format", "json").splitlines()[-1])
 
     local = Warehouse(str(tmp_path / "local-warehouse"), spark=spark)
     started = time.monotonic()
