@@ -12,11 +12,12 @@ all timed from the moment the process was started. The first continuous start fo
 kill: it is reported apart.
 
 With ``--restart-standby`` no process is started after the kill: a standby (``jobs/controller.py
---standby``) waits behind the running controller, which is killed with SIGKILL once the next chunk is
-written; the standby's takeover is timed from the kill to its first committed micro-batch (split where it
-says it took the lease over and started its queries), then a new standby is started behind it. Every
-controller then triggers once a day (``kraftlake.controller.trigger.interval.ms``): it commits its first
-micro-batch at once and leaves the next chunk to the one taking over.
+--standby``) waits behind the running controller (``STANDBY_SETTLE_S`` at the least), which is killed
+with SIGKILL once the next chunk is written; the standby's takeover is timed from the kill to its first
+committed micro-batch (split where it says it took the lease over and started its queries), then a new
+standby is started behind it. Every controller then triggers once a day
+(``kraftlake.controller.trigger.interval.ms``): it commits its first micro-batch at once and leaves the
+next chunk to the one taking over.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ WAITING = "] standby: waiting for the controller lease"
 TAKEOVER_MARKS = {"lease_s": "] standby: took the controller lease over", "queries_s": "] queries started"}
 TIMEOUT_S = 600.0
 ONCE_A_DAY_MS = 86_400_000  # a processing-time trigger fires at multiples of its interval since the epoch
+# how long a standby waits before the kill at the least: one in service waits for hours, its JVM long idle
+STANDBY_SETTLE_S = 10.0
 
 
 def _seen(log_path: Path, since: int, found: dict[str, float], started: float,
@@ -87,7 +90,7 @@ def one_start(controller: Controller, checkpoint: Path) -> dict[str, float]:
 
 
 def start_standby(command: list[str], log_path: Path) -> Controller:
-    """A standby controller, once it says it waits for the lease (its session up)."""
+    """A standby controller, ``STANDBY_SETTLE_S`` after it said it waits for the lease (its session up)."""
     standby = Controller([*command, "--standby"], log_path)
     standby.start()
     while WAITING not in log_path.read_text(errors="replace"):
@@ -97,6 +100,7 @@ def start_standby(command: list[str], log_path: Path) -> Controller:
             raise RuntimeError(f"the standby never waited for the lease (exit code {standby.process.returncode}); "
                                f"see {log_path}")
         time.sleep(POLL_S)
+    time.sleep(STANDBY_SETTLE_S)
     return standby
 
 

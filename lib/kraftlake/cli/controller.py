@@ -2,6 +2,7 @@
 
     ./spark-submit.sh jobs/controller.py --warehouse W --once    # batch replay (AvailableNow), then exit
     ./spark-submit.sh jobs/controller.py --warehouse W           # keep running; new log rows as they land
+    ./spark-submit.sh jobs/controller.py --warehouse W --standby # Spark up, waits to take over the running one
 
 Replays the log's records and decides its requests (BrokerHeartbeatRequest, CreateTopicsRequest, ...)
 as Kafka's controller would. Writes brokers, topics, configs, partitions, features (current state),
