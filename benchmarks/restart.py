@@ -44,8 +44,9 @@ WAITING = "] standby: waiting for the controller lease"
 TAKEOVER_MARKS = {"lease_s": "] standby: took the controller lease over", "queries_s": "] queries started"}
 TIMEOUT_S = 600.0
 ONCE_A_DAY_MS = 86_400_000  # a processing-time trigger fires at multiples of its interval since the epoch
-# how long a standby waits before the kill at the least: one in service waits for hours, its JVM long idle
-STANDBY_SETTLE_S = 10.0
+# How long a standby waits before the kill at the least: one in service waits for hours. Past Spark's one
+# minute after which idle Python workers are stopped, so that none started with the session is left.
+STANDBY_SETTLE_S = 70.0
 
 
 def _seen(log_path: Path, since: int, found: dict[str, float], started: float,
