@@ -31,7 +31,7 @@ from kraftlake.cli.runtime import (QUORUM_PROTOCOL, checkpoint_location, meter, 
 from kraftlake.metadata.config import Config
 from kraftlake.metadata.progress import NEVER
 from kraftlake.raft.config import PROTOCOLS
-from kraftlake.spark.controller_query import ControllerSettings, reset, run
+from kraftlake.spark.controller_query import ControllerSettings, reset, run, warm_up
 from kraftlake.storage import Warehouse
 from kraftlake.storage.lease import Holder, Lease
 
@@ -103,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         # the lease first, unless a standby: a second controller is turned away before it starts Spark or
         # touches anything, while a standby has its session up by the time the lease is free
         warehouse = open_session() if args.standby else None
+        if warehouse is not None:
+            warm_up(warehouse.spark)
         with Lease(root, "controller", ttl_ms, storage_options=storage_options(config)).held(poll_ms,
                                                                                               waiting) as lease:
             if warehouse is None:

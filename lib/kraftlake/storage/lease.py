@@ -19,6 +19,10 @@ must agree within a fraction of it, as NTP keeps them), or at once when its hold
 that process is gone: a ``kill -9`` leaves the lease behind, and the restart takes it over without
 waiting. On every renewal the holder checks that the epoch is still its own; one that was stalled for
 longer than ``ttl_ms`` and taken over learns it lost the lease (``Lease.lost``) and must stop.
+
+A standby (``acquire`` with ``poll_ms``) is a candidate that, instead of stopping, looks again until the
+lease is free: it writes nothing meanwhile, so any number may wait, and the commit race above decides
+between those that see it free together.
 """
 
 from __future__ import annotations
