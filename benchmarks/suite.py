@@ -251,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restart-count", type=int, default=5, help="restarts after a SIGKILL to time")
     parser.add_argument("--restart-partitions", type=int, default=100_000, help="partitions of the warehouse")
     parser.add_argument("--restart-rows", type=int, default=1_000, help="requests appended before each start")
+    parser.add_argument("--restart-standby", action="store_true",
+                        help="with --restart: a standby waits behind the running controller and takes over at its "
+                             "SIGKILL; times from the kill to the standby's first commit")
     parser.add_argument("--scale-out", action="store_true",
                         help="only the scale-out run: ingest and replay on a standalone cluster of 1, then 2 one-core "
                              "workers; adds \"scale_out\" to --report, keeping what it holds")

@@ -1,6 +1,7 @@
 """One controller per warehouse (``kraftlake.storage.lease``): real processes racing for the lease, a
-lease taken over only once expired or once its holder is gone, renewals, and the controller job turning
-a second controller away while the first goes on."""
+lease taken over only once expired or once its holder is gone, renewals, a standby waiting for the lease,
+and the controller job turning a second controller away while the first goes on and a standby taking over
+once the first is killed."""
 
 from __future__ import annotations
 
@@ -19,9 +20,12 @@ from typing import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from streaming_helpers import (REPO_ROOT, at_once, committed_batches, committed_offset, controller_command,
-                               controller_env, generate_log, in_background, ingest_jsonl, wait_for, write_jsonl)
-from kraftlake.spark import controller_query as streaming
+from servers import start, stop, wait_for_line
+from streaming_helpers import (REPO_ROOT, assert_same_tables, at_once, committed_batches, committed_offset,
+                               controller_command, controller_env, generate_log, in_background, ingest_jsonl,
+                               logged_events, reference_tables, wait_for, warehouse_tables, why_failed, write_jsonl)
+from kraftlake.cli.controller import main
+from kraftlake.cli.launcher import INTERRUPTED, USAGE, run_job
 from kraftlake.storage import DeltaRsTables, Warehouse
 from kraftlake.storage.lease import Holder, Lease, LeaseHeld
 
@@ -173,37 +177,150 @@ def test_renewals_keep_the_lease_and_a_holder_taken_over_learns_it_lost(tmp_path
     assert lease.look()[0].holder.pid == os.getpid(), "the holder that lost it did not release the new one"
 
 
-# --- the controller job: a second one is turned away, the first goes on -------------------------------
+class Polls:
+    """A standby's stop condition that moves its clock ``step`` seconds at each poll and says stop after
+    ``limit`` polls."""
 
-def test_a_second_controller_is_refused_and_the_running_one_goes_on(spark: SparkSession, tmp_path: Path) -> None:
-    """The running controller is this process's (its Spark session), the second a real job in a process of
-    its own."""
+    def __init__(self, clock: Clock, step: float, limit: int) -> None:
+        self.clock, self.step, self.limit, self.count = clock, step, limit, 0
+
+    def __call__(self) -> bool:
+        self.count += 1
+        self.clock.now += self.step
+        return self.count > self.limit
+
+
+def test_a_standby_waits_until_a_live_holders_lease_expired_or_it_is_told_to_stop(tmp_path: Path) -> None:
+    with holder_process(tmp_path, TTL_MS, renew=False) as holder:
+        state, _ = Lease(str(tmp_path), "controller", TTL_MS).look()
+        clock = Clock(state.renewed_ms / 1000)
+        told = Polls(clock, 0.4 * TTL_MS / 1000, limit=1)
+        waited: list[Holder] = []
+        with pytest.raises(LeaseHeld, match=f"pid {holder.pid} "):
+            Lease(str(tmp_path), "controller", TTL_MS, clock).acquire(1, told, waited.append)
+        assert told.count == 2 and [h.pid for h in waited] == [holder.pid]
+        assert Lease(str(tmp_path), "controller", TTL_MS).look()[0] == state  # the standby wrote nothing
+
+        clock.now = state.renewed_ms / 1000
+        polls = Polls(clock, 0.4 * TTL_MS / 1000, limit=10)
+        waited.clear()
+        standby = Lease(str(tmp_path), "controller", TTL_MS, clock)
+        standby.acquire(1, polls, waited.append)
+        assert polls.count == 3  # 0.8 ttl after the renewal: held; 1.2 ttl: expired, taken
+        assert [h.pid for h in waited] == [holder.pid]  # said once, however many polls
+        assert standby.epoch == state.epoch + 1 and holder.poll() is None
+        standby.release()
+
+
+def test_a_standby_takes_the_lease_as_soon_as_its_killed_holder_is_dead(tmp_path: Path) -> None:
+    """The holder killed is left a zombie (not reaped), as a killed controller's driver whose JVM died with
+    it stays until an init reaps it: dead all the same."""
+    with holder_process(tmp_path, TTL_MS, renew=False) as holder:
+        state, _ = Lease(str(tmp_path), "controller", TTL_MS).look()
+        standby = Lease(str(tmp_path), "controller", TTL_MS)
+        waited: list[Holder] = []
+        waiting, errors = in_background(lambda: standby.acquire(5, waiting=waited.append))
+        assert wait_for(lambda: bool(waited) or not waiting.is_alive(), 30), errors
+        assert [h.pid for h in waited] == [holder.pid] and waiting.is_alive()
+        assert Lease(str(tmp_path), "controller", TTL_MS).look()[0] == state
+        os.kill(holder.pid, signal.SIGKILL)
+        waiting.join(30)  # well within the ttl, before the holder is reaped
+        assert not waiting.is_alive() and not errors
+        assert Path(f"/proc/{holder.pid}").exists(), "reaped before the standby took over: no zombie tested"
+        assert standby.epoch == state.epoch + 1 and standby.holder.pid == os.getpid()
+        standby.release()
+
+
+# --- the controller job: a second one is turned away, a standby waits and takes over ---------------
+
+def _continuous(warehouse: Path, *extra: str) -> list[str]:
+    """The continuous controller job, run by this venv's python (the JVM its child)."""
+    once = controller_command(warehouse, 1000)
+    once.remove("--once")
+    return [*once, "--override", "kraftlake.controller.trigger.interval.ms=200", *extra]
+
+
+def test_a_second_controller_is_refused_and_a_standby_takes_over_a_killed_one(tmp_path: Path) -> None:
+    """A running controller (a real job), a second one turned away before it starts Spark, a standby
+    that waits behind it writing nothing, then the running one killed with SIGKILL (its JVM with it) and
+    the standby taking over: the tables end as one replay of the whole log."""
     warehouse = tmp_path / "warehouse"
     checkpoint = warehouse / "_checkpoints" / "controller"
     log = generate_log(seed=11, size=60)
     ingest_jsonl(DeltaRsTables(str(warehouse)), write_jsonl(log.events[:30], tmp_path / "first.jsonl"))
-    settings = streaming.ControllerSettings(shards=2, checkpoint=str(checkpoint), once=False, trigger_interval_ms=200)
-    running, errors = in_background(
-        lambda: streaming.run(Warehouse(str(warehouse), spark=spark), settings, out=io.StringIO()))
+    first = start(_continuous(warehouse), tmp_path / "first.log", controller_env(), REPO_ROOT)
+    standby = None
     try:
-        assert wait_for(lambda: bool(committed_batches(checkpoint)) or not running.is_alive(), 120), errors
+        assert wait_for(lambda: bool(committed_batches(checkpoint)) or first.poll() is not None, 180), \
+            why_failed((tmp_path / "first.log").read_text())
         second = subprocess.run(controller_command(warehouse, 1000), cwd=REPO_ROOT, env=controller_env(),
                                 capture_output=True, text=True, timeout=120)
         assert second.returncode == 1
-        assert f"another controller is running on the warehouse {warehouse}: pid {os.getpid()} on host " \
+        assert f"another controller is running on the warehouse {warehouse}: pid {first.pid} on host " \
                f"{socket.gethostname()}, started " in second.stderr, second.stderr
         assert "Only one controller may run per warehouse" in second.stderr
         assert "log4j" not in second.stderr + second.stdout  # turned away before Spark started
 
-        # the running controller was not touched: it takes the events ingested now
-        ingest_jsonl(DeltaRsTables(str(warehouse)), write_jsonl(log.events[30:], tmp_path / "second.jsonl"))
+        lease_before, _ = Lease(str(warehouse), "controller", TTL_MS).look()
+        standby_log = tmp_path / "standby.log"
+        standby = start(_continuous(warehouse, "--standby"), standby_log, controller_env(), REPO_ROOT)
+        wait_for_line(standby_log, rf"\[controller\] standby: waiting for the controller lease held by pid "
+                                   rf"{first.pid} on host ", standby, 180)
+        ingest_jsonl(DeltaRsTables(str(warehouse)), write_jsonl(log.events[30:45], tmp_path / "second.jsonl"))
         end = DeltaRsTables(str(warehouse)).max_value("metadata_log", "offset")
-        assert wait_for(lambda: committed_offset(checkpoint) == end or not running.is_alive(), 120), errors
-        assert running.is_alive() and not errors
+        # the running controller was not touched: it takes the events ingested now
+        assert wait_for(lambda: committed_offset(checkpoint) == end or first.poll() is not None, 120), \
+            why_failed((tmp_path / "first.log").read_text())
+        assert Lease(str(warehouse), "controller", TTL_MS).look()[0].epoch == lease_before.epoch  # nor the lease
+
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(30)
+        ingest_jsonl(DeltaRsTables(str(warehouse)), write_jsonl(log.events[45:], tmp_path / "third.jsonl"))
+        end = DeltaRsTables(str(warehouse)).max_value("metadata_log", "offset")
+        wait_for_line(standby_log, r"\[controller\] standby: took the controller lease over", standby, 120)
+        assert wait_for(lambda: committed_offset(checkpoint) == end or standby.poll() is not None, 180), \
+            why_failed(standby_log.read_text())
+        state, _ = Lease(str(warehouse), "controller", TTL_MS).look()
+        assert state.epoch == lease_before.epoch + 1 and state.holder.pid == standby.pid
+        assert_same_tables(warehouse_tables(Warehouse(str(warehouse))),
+                           reference_tables(logged_events(Warehouse(str(warehouse))), 2),
+                           "a standby took over a controller killed with SIGKILL")
+        os.kill(standby.pid, signal.SIGTERM)  # the driver alone, as on a service manager's stop
+        assert standby.wait(120) == INTERRUPTED, standby_log.read_text()[-3000:]
     finally:
-        for query in spark.streams.active:  # a clean stop: the controller returns and gives its lease up
-            query.stop()
-        running.join(60)
-    assert not errors
+        stop(first)
+        if standby is not None:
+            stop(standby)
     state, _ = Lease(str(warehouse), "controller", TTL_MS).look()
     assert state.holder is None, "a controller that stopped cleanly gives its lease up"
+
+
+def test_a_standby_stopped_while_waiting_exits_130_and_writes_nothing(spark: SparkSession, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """In this process (its Spark session is the suite's): SIGTERM, as ``run_job`` takes it."""
+    ingest_jsonl(DeltaRsTables(str(tmp_path)), write_jsonl(generate_log(seed=3, size=10).events, tmp_path / "l.jsonl"))
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    with holder_process(tmp_path, TTL_MS, renew=False) as holder:
+        state, _ = Lease(str(tmp_path), "controller", TTL_MS).look()
+
+        def stop_when_waiting() -> None:
+            assert wait_for(lambda: "standby: waiting" in err.getvalue(), 120)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        signaller, errors = in_background(stop_when_waiting)
+        code = run_job("controller", main, ["--warehouse", str(tmp_path), "--standby", "--no-progress"])
+        signaller.join(30)
+        assert not errors
+        assert code == INTERRUPTED, err.getvalue()
+        assert f"standby: waiting for the controller lease held by pid {holder.pid} " in err.getvalue()
+        assert "controller: stopped (SIGTERM)" in err.getvalue() and "Traceback" not in err.getvalue()
+        assert Lease(str(tmp_path), "controller", TTL_MS).look()[0] == state
+        assert not (tmp_path / "_checkpoints").exists()
+
+
+@pytest.mark.parametrize("other", ["--once", "--reset"])
+def test_a_standby_runs_continuously_only(other: str, capsys: pytest.CaptureFixture) -> None:
+    assert run_job("controller", main, ["--warehouse", "/nonexistent", "--standby", other]) == USAGE
+    assert capsys.readouterr().err == (f"controller: --standby with {other}: a standby waits to take over a running "
+                                       "controller and then runs continuously\n")

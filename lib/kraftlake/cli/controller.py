@@ -2,6 +2,7 @@
 
     ./spark-submit.sh jobs/controller.py --warehouse W --once    # batch replay (AvailableNow), then exit
     ./spark-submit.sh jobs/controller.py --warehouse W           # keep running; new log rows as they land
+    ./spark-submit.sh jobs/controller.py --warehouse W --standby # Spark up, waits to take over the running one
 
 Replays the log's records and decides its requests (BrokerHeartbeatRequest, CreateTopicsRequest, ...)
 as Kafka's controller would. Writes brokers, topics, configs, partitions, features (current state),
@@ -12,7 +13,9 @@ quorum_replicas and quorum_events (``kraftlake.spark.quorum_query``). The checkp
 kraftlake.checkpoints/controller, by default W/_checkpoints/controller (the quorum query's in its quorum/
 folder); kill the job at any point and start it again: the tables end as if it had never stopped. One
 controller runs per warehouse: it holds the lease W/_leases/controller, and a second one started on the
-same warehouse is refused, naming the running one (``kraftlake.storage.lease``).
+same warehouse is refused, naming the running one (``kraftlake.storage.lease``), unless it is started as a
+standby (``--standby``): that one starts its Spark session, waits for the lease and takes over as soon as
+the running one stops or is gone, without a new process's seconds of starting Spark.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from kraftlake.cli.runtime import (QUORUM_PROTOCOL, checkpoint_location, meter, 
 from kraftlake.metadata.config import Config
 from kraftlake.metadata.progress import NEVER
 from kraftlake.raft.config import PROTOCOLS
-from kraftlake.spark.controller_query import ControllerSettings, reset, run
-from kraftlake.storage.lease import Lease
+from kraftlake.spark.controller_query import ControllerSettings, reset, run, warm_up
+from kraftlake.storage import Warehouse
+from kraftlake.storage.lease import Holder, Lease
 
 
 def metrics_address(config: Config, host: str | None, port: int | None) -> tuple[str, int] | None:
@@ -63,8 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics-host",
                         help="the address the metrics are served on (kraftlake.controller.metrics.host, 127.0.0.1: "
                              "this machine only; 0.0.0.0 exposes them to the network)")
+    parser.add_argument("--standby", action="store_true",
+                        help="start Spark, then wait for the running controller's lease and take over once it "
+                             "stops or is gone (kraftlake.controller.standby.poll.ms); continuous mode only")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
+    if args.standby and (args.once or args.reset):
+        raise UserError(f"--standby with {'--once' if args.once else '--reset'}: a standby waits to take over a "
+                        "running controller and then runs continuously")
     if args.shards is not None and args.shards < 1:
         raise UserError(f"--shards {args.shards}: a controller has at least one shard")
     if args.protocol:
@@ -73,14 +83,35 @@ def main(argv: list[str] | None = None) -> int:
     metrics = metrics_address(config, args.metrics_host, args.metrics_port)
     root = warehouse_root(config, needs_log=True)
     ttl_ms = config.get_int("kraftlake.controller.lease.ttl.ms", minimum=1)
+    poll_ms = config.get_int("kraftlake.controller.standby.poll.ms", minimum=1) if args.standby else None
+    status = None if config.get_str("kraftlake.progress") == NEVER else \
+        config.get_int("kraftlake.controller.status.interval.ms", minimum=1) / 1000
+
+    def open_session() -> Warehouse:
+        opened = open_warehouse(config, "kraftlake-controller", root=root)
+        if status is not None and not args.once:  # a restart's downtime, as an operator weighs it
+            print(f"[controller] Spark session ready {time.monotonic() - started:.1f} s after the job's start",
+                  file=sys.stderr, flush=True)
+        return opened
+
+    def waiting(holder: Holder) -> None:
+        print(f"[controller] standby: waiting for the controller lease held by {holder.describe()}; taking over "
+              f"once it is released, its holder on this host is gone, or {ttl_ms / 1000:.0f} s after its last "
+              "renewal", file=sys.stderr, flush=True)
+
     try:
-        # the lease first: a second controller is turned away before it starts Spark or touches anything
-        with Lease(root, "controller", ttl_ms, storage_options=storage_options(config)).held() as lease:
-            warehouse = open_warehouse(config, "kraftlake-controller", root=root)
-            status = None if config.get_str("kraftlake.progress") == NEVER else \
-                config.get_int("kraftlake.controller.status.interval.ms", minimum=1) / 1000
-            if status is not None and not args.once:  # a restart's downtime, as an operator weighs it
-                print(f"[controller] Spark session ready {time.monotonic() - started:.1f} s after the job's start",
+        # the lease first, unless a standby: a second controller is turned away before it starts Spark or
+        # touches anything, while a standby has its session up by the time the lease is free
+        warehouse = open_session() if args.standby else None
+        if warehouse is not None:
+            warm_up(warehouse.spark)
+        with Lease(root, "controller", ttl_ms, storage_options=storage_options(config)).held(poll_ms,
+                                                                                              waiting) as lease:
+            if warehouse is None:
+                warehouse = open_session()
+            else:
+                print(f"[controller] standby: took the controller lease over (epoch {lease.epoch}) "
+                      f"{time.monotonic() - started:.1f} s after the job's start; starting the queries",
                       file=sys.stderr, flush=True)
             checkpoint = checkpoint_location(config, warehouse, "controller", args.checkpoint)
             limit = args.max_records_per_batch or config.get_int("kraftlake.controller.max.records.per.batch",

@@ -459,6 +459,13 @@ def start(warehouse: Warehouse, settings: ControllerSettings):
                       warehouse.storage_options)
 
 
+def warm_up(spark: Any) -> None:
+    """One tiny grouped pandas job that touches no table, for a standby while it waits: the micro-batch
+    after its takeover then finds the Python worker daemon started and the shuffle's, Arrow's and the
+    Python runner's classes loaded and compiled."""
+    spark.range(0, 2, numPartitions=2).groupBy("id").applyInPandas(lambda rows: rows, "id long").toArrow()
+
+
 @contextmanager
 def serving(address: tuple[str, int] | None, out: TextIO | None = None) -> Iterator[MetricsServer | None]:
     """The metrics server at ``address`` while the block runs (None: no server), said on stderr."""

@@ -19,6 +19,10 @@ must agree within a fraction of it, as NTP keeps them), or at once when its hold
 that process is gone: a ``kill -9`` leaves the lease behind, and the restart takes it over without
 waiting. On every renewal the holder checks that the epoch is still its own; one that was stalled for
 longer than ``ttl_ms`` and taken over learns it lost the lease (``Lease.lost``) and must stop.
+
+A standby (``acquire`` with ``poll_ms``) is a candidate that, instead of stopping, looks again until the
+lease is free: it writes nothing meanwhile, so any number may wait, and the commit race above decides
+between those that see it free together.
 """
 
 from __future__ import annotations
@@ -51,15 +55,22 @@ T = TypeVar("T")
 _HELD_HERE: set[tuple[str, int]] = set()
 
 
-def _process_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (``/proc/<pid>/stat``): with the pid it names
-    one process, even after the pid is reused. None where there is no ``/proc``."""
+def _process_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the process's name (which may hold spaces), from its state
+    (field 3) on; None where there is no ``/proc`` or no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             stat = handle.read()
     except OSError:
         return None
-    return stat[stat.rindex(b")") + 2:].split()[19].decode()  # field 22; the name may hold spaces
+    return stat[stat.rindex(b")") + 2:].decode().split()
+
+
+def _process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (field 22): with the pid it names one process,
+    even after the pid is reused. None where there is no ``/proc``."""
+    fields = _process_stat(pid)
+    return None if fields is None else fields[19]
 
 
 def _iso(ms: int) -> str:
@@ -89,8 +100,11 @@ class Holder:
             return True
         except PermissionError:  # alive, someone else's
             pass
-        start = _process_start(self.pid)
-        return start is not None and self.pid_start is not None and start != self.pid_start
+        fields = _process_stat(self.pid)
+        if fields is None or self.pid_start is None:
+            return False
+        # a zombie is dead: a SIGKILLed holder whose parent died with it waits for an init that may reap late
+        return fields[0] == "Z" or fields[19] != self.pid_start
 
     def describe(self) -> str:
         return f"pid {self.pid} on host {self.host}, started {_iso(self.started_ms)}"
@@ -254,9 +268,29 @@ class Lease:
 
         self._retried(write)
 
-    def acquire(self) -> None:
-        """Take the lease, or raise ``LeaseHeld`` naming the process that holds it."""
+    def acquire(self, poll_ms: int | None = None, stop: Callable[[], bool] = lambda: False,
+                waiting: Callable[[Holder], None] | None = None) -> float:
+        """Take the lease, or raise ``LeaseHeld`` naming the process that holds it. Returns the
+        ``time.monotonic()`` at which the winning attempt began: the renewal written then is no older.
+
+        With ``poll_ms`` (a standby) a held lease is looked at again every ``poll_ms`` until it is free
+        (released, expired, or its holder on this host gone) or ``stop()`` says to give up, which raises
+        ``LeaseHeld`` as well; ``waiting`` is told each holder waited behind, once."""
+        waited_behind: Holder | None = None
+        while True:
+            try:
+                return self._try_acquire()
+            except LeaseHeld as held:
+                if poll_ms is None or stop():
+                    raise
+                if waiting is not None and held.state.holder != waited_behind:
+                    waiting(held.state.holder)
+                waited_behind = held.state.holder
+            time.sleep(poll_ms / 1000)
+
+    def _try_acquire(self) -> float:
         for _ in range(ACQUIRE_ATTEMPTS):
+            began = time.monotonic()
             state, table = self.look()
             if not self.is_free(state):
                 raise LeaseHeld(self.job, self.root, state, self.now_ms(), self.ttl_ms)
@@ -278,7 +312,7 @@ class Lease:
                 self._retried(lambda: self._filesystem.delete_file(self._renewal_file(epoch - 1)))
             except FileNotFoundError:
                 pass
-            return
+            return began
         state, _ = self.look()
         if state.holder is not None:
             raise LeaseHeld(self.job, self.root, state, self.now_ms(), self.ttl_ms)
@@ -312,8 +346,9 @@ class Lease:
             self.epoch, self._renew_by = None, None
 
     @contextmanager
-    def held(self) -> Iterator[Lease]:
-        """Acquire, renew every ``ttl_ms / 3`` in a background thread while the block runs, release.
+    def held(self, poll_ms: int | None = None, waiting: Callable[[Holder], None] | None = None) -> Iterator[Lease]:
+        """Acquire (waiting for it with ``poll_ms``, as ``acquire`` says), renew every ``ttl_ms / 3`` in a
+        background thread while the block runs, release.
 
         The block must check ``lost`` now and then: it says why once the lease was taken over, or once no
         renewal succeeded for ``ttl_ms`` (storage unreachable or not answering, disk full); the thread
@@ -336,9 +371,7 @@ class Lease:
 
         renewer = threading.Thread(target=renew_until_stopped, name=f"kraftlake-lease-{self.job}", daemon=True)
         try:  # a SIGTERM may land inside acquire() once the lease is taken: it is given back all the same
-            started = time.monotonic()
-            self.acquire()
-            self._renew_by = started + self.ttl_ms / 1000
+            self._renew_by = self.acquire(poll_ms, waiting=waiting) + self.ttl_ms / 1000
             renewer.start()
             yield self
         finally:
