@@ -284,8 +284,9 @@ def run_controller(warehouse: Warehouse, checkpoint: Path, shards: int, max_reco
 
 # --- the controller job in a subprocess, for real kills ---------------------------------------------
 
-def controller_command(warehouse: Path, batch: int) -> list[str]:
-    return [sys.executable, "jobs/controller.py", "--warehouse", str(warehouse), "--once",
+def controller_command(warehouse: Path, batch: int, once: bool = True) -> list[str]:
+    """The controller job run by this venv's python (its JVM the job's child); ``once``: to the log's end."""
+    return [sys.executable, "jobs/controller.py", "--warehouse", str(warehouse), *(["--once"] if once else []),
             "--max-records-per-batch", str(batch), "--shards", "2", "--override", "spark.master=local[2,4]",
             "--override", "spark.sql.shuffle.partitions=2"]
 

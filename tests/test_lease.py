@@ -234,10 +234,8 @@ def test_a_standby_takes_the_lease_as_soon_as_its_killed_holder_is_dead(tmp_path
 # --- the controller job: a second one is turned away, a standby waits and takes over ---------------
 
 def _continuous(warehouse: Path, *extra: str) -> list[str]:
-    """The continuous controller job, run by this venv's python (the JVM its child)."""
-    once = controller_command(warehouse, 1000)
-    once.remove("--once")
-    return [*once, "--override", "kraftlake.controller.trigger.interval.ms=200", *extra]
+    return [*controller_command(warehouse, 1000, once=False), "--override",
+            "kraftlake.controller.trigger.interval.ms=200", *extra]
 
 
 def test_a_second_controller_is_refused_and_a_standby_takes_over_a_killed_one(tmp_path: Path) -> None:
