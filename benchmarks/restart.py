@@ -42,6 +42,8 @@ MARKS = {"session_s": "] Spark session ready", "queries_s": "] queries started"}
 # ... and a standby, once it waits and once the lease is free
 WAITING = "] standby: waiting for the controller lease"
 TAKEOVER_MARKS = {"lease_s": "] standby: took the controller lease over", "queries_s": "] queries started"}
+# what each start / takeover reports: its marks' times, then its first commit's
+START_KEYS, TAKEOVER_KEYS = (*MARKS, "first_batch_s"), (*TAKEOVER_MARKS, "first_batch_s")
 TIMEOUT_S = 600.0
 ONCE_A_DAY_MS = 86_400_000  # a processing-time trigger fires at multiples of its interval since the epoch
 # How long a standby waits before the kill at the least: one in service waits for hours. Past Spark's one
@@ -87,7 +89,7 @@ def one_start(controller: Controller, checkpoint: Path) -> dict[str, float]:
     _until_committed(controller, checkpoint, before, since, found, started, MARKS)
     controller.kill()
     _seen(controller.log_path, since, found, started)
-    return {key: round(found[key], 2) for key in ("session_s", "queries_s", "first_batch_s") if key in found}
+    return {key: round(found[key], 2) for key in START_KEYS if key in found}
 
 
 def start_standby(command: list[str], log_path: Path) -> Controller:
@@ -115,7 +117,7 @@ def one_takeover(active: Controller, standby: Controller, checkpoint: Path) -> d
     found: dict[str, float] = {}
     _until_committed(standby, checkpoint, before, since, found, killed, TAKEOVER_MARKS)
     _seen(standby.log_path, since, found, killed, TAKEOVER_MARKS)
-    return {key: round(found[key], 2) for key in ("lease_s", "queries_s", "first_batch_s") if key in found}
+    return {key: round(found[key], 2) for key in TAKEOVER_KEYS if key in found}
 
 
 def measure_restart(config: Any, work: Path, args: Any) -> dict:
@@ -188,8 +190,7 @@ def measure_restart(config: Any, work: Path, args: Any) -> dict:
     loads.append(os.getloadavg())
     # every takeover follows a SIGKILL; of the restarts, the first follows the replay's clean exit
     after_kill = starts if args.restart_standby else starts[1:count + 1]
-    keys = ("lease_s", "queries_s", "first_batch_s") if args.restart_standby else ("session_s", "queries_s",
-                                                                                  "first_batch_s")
+    keys = TAKEOVER_KEYS if args.restart_standby else START_KEYS
     summary = {key: {"p50": round(percentile([s[key] for s in after_kill], 50), 2),
                      "max": max(s[key] for s in after_kill)}
                for key in keys if all(key in s for s in after_kill)}
