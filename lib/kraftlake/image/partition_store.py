@@ -51,6 +51,7 @@ FIELDS = ("partition_id", "replicas", "isr", "removing_replicas", "adding_replic
           "leader_epoch", "partition_epoch", "elr", "last_known_elr", "directories", "last_offset", "last_timestamp")
 INT_LISTS = ("replicas", "isr", "removing_replicas", "adding_replicas", "elr", "last_known_elr")  # codes into ``ints``
 LISTS = INT_LISTS + ("directories",)  # directories: codes into ``dirs``
+CODED = ((INT_LISTS, "ints"), (("directories",), "dirs"))  # the list columns coding into each tuple table
 LONGS = ("last_offset", "last_timestamp")
 COLUMNS = {**{name: np.int64 if name in LONGS else np.int32 for name in FIELDS}, "topic": np.int32, "alive": np.bool_}
 _FORMAT = 1  # of ``to_bytes``
@@ -265,7 +266,7 @@ class PartitionStore:
         codes held outside the columns (a run's ``partition_changes.Applied``) would point at other tuples
         afterwards."""
         self.flush()
-        for names, key in ((INT_LISTS, "ints"), (("directories",), "dirs")):
+        for names, key in CODED:
             table: Codes = getattr(self, key)
             if len(table.values) <= 2 * self._checked[key]:
                 continue
@@ -309,7 +310,8 @@ class PartitionStore:
         counts = [len(topic) for topic in rows]
         arrays = {}
         tables = {}
-        for names, table, key in ((INT_LISTS, self.ints, "ints"), (("directories",), self.dirs, "dirs")):
+        for names, key in CODED:
+            table = getattr(self, key)
             used = np.unique(np.concatenate([cols[n][order] for n in names])).tolist()
             values = sorted(table.values[c] for c in used)
             position = {v: i for i, v in enumerate(values)}
