@@ -250,9 +250,23 @@ trap forward_term TERM
 trap : INT  # the driver has it (above); wait for the JVM to end
 status=0
 while :; do
-    wait "$jvm" && status=0 || status=$?
+    # (bash's own notice of a JVM killed by a signal is not shown: the driver says what happened, below)
+    wait "$jvm" 2>/dev/null && status=0 || status=$?
     kill -0 "$jvm" 2>/dev/null || break  # wait was cut short by a signal: the JVM is still running
 done
+# A JVM killed or crashed under its driver: the driver, orphaned, is sent SIGTERM, gives its lease back and
+# says in one line that the JVM is gone. This script ends after it (30 s at most), so that whoever starts
+# the job again finds the lease free and reads that line before the next start's.
+running() { local state; state="$(ps -o stat= -p "$1" 2>/dev/null)" && [[ -n "$state" && "$state" != Z* ]]; }
+if (( status > 128 )) && ! $terminated; then
+    driver=""
+    [[ -s "$pid_file" ]] && driver="$(<"$pid_file")"
+    if [[ -n "$driver" ]]; then
+        for _ in $(seq 300); do running "$driver" || break; sleep 0.1; done
+    else
+        echo "spark-submit.sh: Spark's JVM (pid $jvm) ended by signal $((status - 128)) before the job started" >&2
+    fi
+fi
 rm -f "$pid_file"
 if $terminated && (( status == 137 )); then status=130; fi  # killed before its driver began: stopped
 exit "$status"

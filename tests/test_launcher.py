@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 from deltalake.exceptions import TableNotFoundError
 
-from kraftlake.cli.launcher import FAILED, INTERRUPTED, USAGE, UserError, error_line, needs_spark, run_job
+from kraftlake.cli.launcher import (FAILED, INTERRUPTED, USAGE, UserError, error_line, is_jvm_lost, needs_spark,
+                                    run_job)
 from kraftlake.metadata.config import ConfigError
 from kraftlake.sim.sample import write_sample
 from kraftlake.storage import DeltaRsTables
@@ -331,6 +332,47 @@ def test_a_driver_whose_launcher_is_already_gone_does_not_start(tmp_path: Path) 
     assert (done.returncode, done.stderr) == (1, f"job: the launcher (pid {gone.pid}) is gone; not starting\n")
 
 
+def test_a_driver_whose_jvm_dies_says_so_in_one_line(tmp_path: Path) -> None:
+    """A JVM killed under a running driver (kill -9, the OOM killer): the kernel's SIGTERM to the orphaned
+    driver is not the user's stop, and the line says what happened instead of "stopped (SIGTERM)"."""
+    err, rc = tmp_path / "err", tmp_path / "rc"
+    driver = ("import sys, time\nfrom kraftlake.cli.launcher import run_job\n"
+              "def main(argv):\n    print('up', file=sys.stderr, flush=True)\n    time.sleep(60)\n    return 0\n"
+              f"code = run_job('job', main)\nopen({str(rc)!r}, 'w').write(str(code))\n")
+    jvm = ("import subprocess, sys\n"  # stands for the JVM: the driver's parent, which starts it and waits
+           f"child = subprocess.Popen([sys.executable, '-c', {driver!r}], stderr=open({str(err)!r}, 'w'))\n"
+           "print(child.pid, flush=True)\nchild.wait()\n")
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "lib"), "KRAFTLAKE_LAUNCHER_PID": str(os.getpid())}
+    parent = subprocess.Popen([sys.executable, "-c", jvm], env=environment, stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        assert wait_for(lambda: err.read_text() == "up\n", 30), err.read_text()
+    finally:
+        parent.kill()
+        parent.wait()
+    assert wait_for(lambda: rc.exists() and rc.read_text() != "", 30), err.read_text()
+    assert (rc.read_text(), err.read_text()) == (
+        str(FAILED), f"up\njob: Spark's JVM (pid {parent.pid}) is gone (killed, or crashed: see its last messages "
+                     "above); start again to continue\n")
+    assert wait_for(lambda: not still_running({(child, processes().get(child, (0, "", ""))[1])}), 30)
+
+
+def test_a_lost_connection_to_the_jvm_is_told_from_other_connection_errors() -> None:
+    from py4j.protocol import Py4JNetworkError
+
+    def raised(filename: str) -> BaseException:
+        try:
+            exec(compile("raise ConnectionRefusedError(111, 'Connection refused')", filename, "exec"))
+        except ConnectionRefusedError as exc:
+            return exc
+        raise AssertionError("nothing raised")
+
+    assert is_jvm_lost(Py4JNetworkError("Answer from Java side is empty"))
+    assert is_jvm_lost(raised(os.path.join(os.sep, "venv", "py4j", "clientserver.py")))
+    assert not is_jvm_lost(raised(os.path.join(os.sep, "venv", "deltalake", "table.py")))
+    assert not is_jvm_lost(RuntimeError("Connection refused"))
+
+
 # --- SIGTERM to the launcher ---------------------------------------------------------------------------
 
 def processes() -> dict[int, tuple[int, str, str]]:
@@ -423,6 +465,38 @@ def test_sigterm_to_the_launcher_stops_the_follower_and_nothing_commits_after(tm
         assert tables.version("metadata_log") == version and tables.max_value("metadata_log", "offset") == 19
         assert re.search(r"\[follow\] stopped at offset 20; start again to resume there", log.read_text()), \
             log.read_text()[-3000:]
+    finally:
+        stop(launcher)
+
+
+def test_a_jvm_killed_under_its_driver_is_said_in_one_line_once_the_driver_is_gone(tmp_path: Path) -> None:
+    """kill -9 of Spark's JVM (the OOM killer, an operator): the orphaned driver stops, says that the JVM is
+    gone (no traceback of pyspark's threads, no shell notice), and the launcher exits only after it, with the
+    JVM's status."""
+    directory = tmp_path / "__cluster_metadata-0"
+    directory.mkdir()
+    Node(directory, numbered(generate_log(seed=7, size=40).events)).append(20)
+    warehouse, log = tmp_path / "w", tmp_path / "follow.log"
+    command = ["./spark-submit.sh", job("ingest"), "--warehouse", str(warehouse), "--follow", str(directory),
+               "--override", "kraftlake.ingest.follow.poll.ms=100"]
+    environment = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KRAFTLAKE_SPARK_SUBMIT")}
+    launcher = start(command, log, {**environment, **THROUGH_SPARK}, cwd=REPO_ROOT)
+    tables = DeltaRsTables(str(warehouse))
+    try:
+        assert wait_for(lambda: tables.max_value("metadata_log", "offset") == 19 or launcher.poll() is not None, 180), \
+            log.read_text()[-3000:]
+        started = descendants(launcher.pid)
+        jvm = [pid for pid, _ in started if "org.apache.spark.deploy.SparkSubmit" in cmdline(pid)]
+        driver = [(pid, when) for pid, when in started
+                  if "--follow" in cmdline(pid) and Path(cmdline(pid).split(" ")[0]).name.startswith("python")]
+        assert len(jvm) == 1 and len(driver) == 1, [cmdline(pid) for pid, _ in started]
+        os.kill(jvm[0], signal.SIGKILL)
+        assert launcher.wait(60) == 128 + signal.SIGKILL
+        assert not still_running(set(driver))  # the launcher waited for it
+        text = log.read_text()
+        assert text.endswith(f"ingest: Spark's JVM (pid {jvm[0]}) is gone (killed, or crashed: see its last messages "
+                             "above); start again to continue\n"), text[-3000:]
+        assert "Traceback" not in text and "Killed" not in text, text[-3000:]
     finally:
         stop(launcher)
 

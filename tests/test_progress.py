@@ -174,6 +174,8 @@ def test_the_continuous_controller_says_how_far_behind_the_log_end_it_is():
     log.end = 499
     clock.now += 30
     progress(None)
+    clock.now += 30
+    progress(None)  # nothing has changed since: the same line is not printed again
     assert out.getvalue().splitlines() == [
         "[controller] waiting: metadata_log is empty",
         "[controller] 1,000 offsets, 15.5 s of event time behind the log's end (offset 1,499; done through 499, "

@@ -15,7 +15,9 @@ driver behind (a follower stops between polls, as on its own SIGTERM). Without e
 ``run_job`` also turns a user's mistake into one line on stderr and an exit code instead of a traceback:
 ``USAGE`` (2) for what the job was given (options, settings, paths, a warehouse it cannot use, a source
 with nothing to read), ``FAILED`` (1) for a run that failed or found what it checks for,
-``INTERRUPTED`` (130) for Ctrl-C or SIGTERM. docs/README.md lists them.
+``INTERRUPTED`` (130) for Ctrl-C or SIGTERM. docs/README.md lists them. The SIGTERM a driver gets because
+Spark's JVM was killed or crashed under it is not a user's stop: the job says that the JVM is gone,
+``FAILED``.
 
 SIGTERM (a service manager's stop, ``kill``) raises ``Terminated`` in the main thread wherever it is, so the
 job unwinds as on Ctrl-C: what it holds is given back on the way (``with`` blocks: the controller's
@@ -33,6 +35,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from typing import Callable, Sequence
 
 from kraftlake.codec.files import NotRegularFile
@@ -85,10 +88,15 @@ def run_job(name: str, main: Main, argv: Sequence[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
     try:
         _adopt_launcher(name)  # after: the launcher may send SIGTERM here as soon as it is adopted
-        return main(argv)
+        code = main(argv)
+        gone = _what_went_away()  # a job that stops on SIGTERM by itself took the kernel's for a user's
+        return _fail(name, gone, FAILED) if gone else code
     except (UserError, ConfigError) as exc:
         return _fail(name, str(exc), USAGE)
     except Terminated:
+        gone = _what_went_away()  # the SIGTERM the kernel or the watcher sends when the JVM is gone
+        if gone:
+            return _fail(name, gone, FAILED)
         return _fail(name, "stopped (SIGTERM); start again to continue", INTERRUPTED)
     except KeyboardInterrupt:
         return _fail(name, "interrupted", INTERRUPTED)
@@ -97,6 +105,9 @@ def run_job(name: str, main: Main, argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as exc:
+        gone = _what_went_away() or (JVM_LOST if is_jvm_lost(exc) else None)
+        if gone:  # a call into the JVM failed because it is no longer there: not the job's bug
+            return _fail(name, gone, FAILED)
         if not is_storage_error(exc):
             raise  # a bug: its traceback is what helps
         return _fail(name, error_line(exc), FAILED)
@@ -115,6 +126,35 @@ S3_ERROR = re.compile(r"<Code>([^<]*)</Code>\s*<Message>([^<]*)</Message>")
 BACKTRACE = re.compile(r"^(\d+: |at )")  # the frames of a Rust backtrace that delta-rs appends
 INSTANCE_METADATA = "169.254.169.254"  # where AWS clients ask for an instance's credentials
 RUST_IO_ERROR = re.compile(r'Error: Os \{ code: \d+, kind: \w+, message: "([^"]*)" \}')
+
+
+JVM_LOST = "Spark's JVM is gone (killed, or crashed: see its last messages above); start again to continue"
+# Set by _die_with_parent: the driver's parent (the JVM) and spark-submit.sh's pid, as they were at the start
+_WATCHED: dict[str, int] = {}
+
+
+def _what_went_away() -> str | None:
+    """Why the job stopped, when it is because the JVM or the launcher it was started by is gone."""
+    if not _WATCHED:
+        return None
+    if os.getppid() != _WATCHED["jvm"]:
+        return f"Spark's JVM (pid {_WATCHED['jvm']}) is gone (killed, or crashed: see its last messages above); " \
+               "start again to continue"
+    if not _alive(_WATCHED["launcher"]):
+        return f"its launcher, spark-submit.sh (pid {_WATCHED['launcher']}), is gone; start again to continue"
+    return None
+
+
+def is_jvm_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` is py4j failing to reach the JVM (a driver that started its own JVM: plain python,
+    a notebook) rather than an error the JVM answered with."""
+    protocol = sys.modules.get("py4j.protocol")
+    if protocol is not None and isinstance(exc, protocol.Py4JNetworkError):
+        return True
+    if not isinstance(exc, ConnectionError):
+        return False
+    frames = traceback.extract_tb(exc.__traceback__)
+    return any(f"{os.sep}py4j{os.sep}" in frame.filename for frame in frames)
 
 
 def is_storage_error(exc: BaseException) -> bool:
@@ -172,6 +212,7 @@ def _die_with_parent(name: str, launcher: int) -> None:
     for once a second by a thread as well (other systems, and any case the kernel's signal misses); and
     when the launcher is gone (``kill -9`` of ``spark-submit.sh``, which no longer is the JVM)."""
     parent = os.getppid()
+    _WATCHED.update(jvm=parent, launcher=launcher)
     try:
         import ctypes
 

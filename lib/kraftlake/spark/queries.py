@@ -441,7 +441,9 @@ class LogProgress:
     its end: a log that begins at a snapshot has none below), rate and ETA, on the ``meter`` (quiet unless
     asked or on a terminal). Running continuously: a status line every ``status_every`` seconds saying how
     far behind the log's end it is, in offsets and in event time, because that is what tells an operator
-    whether the controller keeps up.
+    whether the controller keeps up. A line the same as the last one is not repeated: an idle controller
+    that is up to date, or one waiting for its first micro-batch, would otherwise fill a service's log with
+    copies.
     """
 
     def __init__(self, log: Any, meter: Meter, once: bool, status_every: float | None,
@@ -451,6 +453,7 @@ class LogProgress:
         self.done = 0
         self.first = 0  # the log's first offset, from which the meter counts
         self.last_status: float | None = None
+        self.last_line: str | None = None
 
     def __call__(self, progress: Mapping[str, Any] | None) -> None:
         if progress and progress["batchId"] != self.batch:
@@ -469,7 +472,10 @@ class LogProgress:
             now = self.clock()
             if self.last_status is None or now - self.last_status >= self.status_every:
                 self.last_status = now
-                self.meter.emit(self.status())
+                line = self.status()
+                if line != self.last_line:
+                    self.last_line = line
+                    self.meter.emit(line)
 
     def status(self) -> str:
         end = self.log.end_offset()

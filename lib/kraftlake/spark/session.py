@@ -84,4 +84,21 @@ def get_spark(config: Config, app_name: str) -> SparkSession:
 
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    _quiet_when_the_jvm_is_gone(spark.sparkContext)
     return spark
+
+
+def _quiet_when_the_jvm_is_gone(context: object) -> None:
+    """pyspark's accumulator server (a socket server in a thread of the driver) prints a traceback when the
+    JVM's connection to it ends mid-message, which is what a JVM killed or crashed does; the job then says
+    in one line that Spark's JVM is gone (``cli.launcher``), so that error alone is not printed."""
+    server = getattr(context, "_accumulatorServer", None)
+    if server is None:
+        return
+    default = server.handle_error
+
+    def handle_error(request: object, client_address: object) -> None:
+        if not isinstance(sys.exc_info()[1], (EOFError, ConnectionError)):
+            default(request, client_address)
+
+    server.handle_error = handle_error
