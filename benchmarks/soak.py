@@ -74,58 +74,116 @@ def memory_by_role(root: int) -> dict[str, int]:
 
 class Controller:
     """The controller job (through ``spark-submit.sh``, as an operator starts it) in its own process group,
-    started again after each kill; ``crashes`` counts the times it ended without being killed."""
+    started again after each kill; ``crashes`` counts the times it ended without being killed.
 
-    def __init__(self, command: list[str], log_path: Path):
-        self.command, self.log_path = command, log_path
+    With a ``standby_checkpoint`` (the controller's), a second process (``jobs/controller.py --standby``) waits for the lease beside it, and a
+    kill leaves the standby to take over instead of starting a new process; a new standby is started once
+    the one that took over has committed (``tend_standby``), so that its start does not compete with the
+    takeover for the cores. Every process writes into ``log_path``, after a line saying what started, and
+    each kill is marked there too (``restart_times`` reads them)."""
+
+    def __init__(self, command: list[str], log_path: Path, standby_checkpoint: Path | None = None):
+        self.command, self.log_path, self.checkpoint = command, log_path, standby_checkpoint
+        self.standby_command = [*command, "--standby"] if standby_checkpoint is not None else None
         self.process: subprocess.Popen | None = None
+        self.standby: subprocess.Popen | None = None
         self.lock = threading.Lock()
-        self.starts: list[float] = []
+        self.starts: list[float] = []  # the processes started (monotonic), standbys included
+        self.lives: list[float] = []  # when each active controller began: its start, or the kill it took over at
+        self.kills: list[float] = []
         self.crashes: list[int] = []  # their exit codes
+        self.standby_due: tuple[int, float] | None = None  # (last batch committed at the takeover, when)
 
     def restart_if_ended(self) -> None:
         if self.process is not None and self.process.poll() is not None:
             self.crashes.append(self.process.returncode)
-            self.start()
+            self._take_over() if self.standby is not None else self.start()
+        if self.standby is not None and self.standby.poll() is not None:
+            self.crashes.append(self.standby.returncode)
+            self.start_standby()
 
-    def start(self) -> None:
+    def _spawn(self, command: list[str], what: str) -> subprocess.Popen:
         # as from a fresh shell: nothing of the spark-submit that started this process, or the controller would
         # join that JVM
         env = launcher_free_environ()
+        self._mark(what, len(self.starts) + 1)
         with self.log_path.open("a") as out:
-            out.write(f"\n--- start {len(self.starts) + 1} at {datetime.now(timezone.utc).isoformat()} ---\n")
-            out.flush()
-            self.process = subprocess.Popen(self.command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+            process = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
         self.starts.append(time.monotonic())
+        return process
+
+    def _mark(self, what: str, number: int) -> None:
+        with self.log_path.open("a") as out:
+            out.write(f"\n--- {what} {number} at {datetime.now(timezone.utc).isoformat()} ---\n")
+
+    def start(self) -> None:
+        self.process = self._spawn(self.command, "start")
+        self.lives.append(self.starts[-1])
+
+    def start_standby(self) -> None:
+        assert self.standby_command is not None
+        self.standby = self._spawn(self.standby_command, "standby")
 
     def kill(self) -> None:
-        """SIGKILL to the controller, its JVM and its workers (the group, then any descendant left)."""
+        """SIGKILL to the controller, its JVM and its workers (the group, then any descendant left); with a
+        standby, that one takes over (no process is started)."""
         assert self.process is not None
-        pids = family(self.process.pid, all_processes())
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.process.wait(60)
+        _kill_tree(self.process)
+        self.kills.append(time.monotonic())
+        self._mark("kill", len(self.kills))
+        if self.standby is not None:
+            self._take_over()
+
+    def _take_over(self) -> None:
+        self.process, self.standby = self.standby, None
+        self.lives.append(time.monotonic())
+        self.standby_due = (committed_batch(self.checkpoint), self.lives[-1]) if self.checkpoint else None
+
+    def tend_standby(self, wait_s: float = 30.0) -> None:
+        """Start the next standby once the controller that took over committed a micro-batch (or ``wait_s``
+        after the takeover, if it is slow to)."""
+        if self.standby_due is None:
+            return
+        batch, since = self.standby_due
+        if committed_batch(self.checkpoint) > batch or time.monotonic() - since > wait_s:
+            self.standby_due = None
+            self.start_standby()
 
     def stop(self) -> int:
-        """A clean stop: SIGTERM to the Python driver, which ends its queries and gives its lease up."""
+        """A clean stop: SIGTERM to the Python driver, which ends its queries and gives its lease up. A
+        standby is stopped first, or it would take over."""
+        if self.standby is not None:
+            _stop(self.standby)
+            self.standby = None
         assert self.process is not None
-        processes = all_processes()
-        for pid in family(self.process.pid, processes):
-            if role(pid, processes[pid][1], runs_controller) == "driver_python":
-                os.kill(pid, signal.SIGTERM)
+        return _stop(self.process)
+
+
+def _kill_tree(process: subprocess.Popen) -> None:
+    pids = family(process.pid, all_processes())
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for pid in pids:
         try:
-            return self.process.wait(120)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            return -9
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    process.wait(60)
+
+
+def _stop(process: subprocess.Popen) -> int:
+    processes = all_processes()
+    for pid in family(process.pid, processes):
+        if role(pid, processes[pid][1], runs_controller) == "driver_python":
+            os.kill(pid, signal.SIGTERM)
+    try:
+        return process.wait(120)
+    except subprocess.TimeoutExpired:
+        _kill_tree(process)
+        return -9
 
 
 def committed_batches(checkpoint: Path) -> list[int]:
@@ -152,25 +210,28 @@ def committed_offset(checkpoint: Path) -> int:
     return -1
 
 
-START_MARK = re.compile(r"^--- start (\d+) at (\S+) ---$", re.MULTILINE)  # ``Controller.start``'s line
+MARK = re.compile(r"^--- (start|standby|kill) (\d+) at (\S+) ---$", re.MULTILINE)  # ``Controller``'s lines
 
 
-def restart_times(log_path: Path, checkpoint: Path) -> dict:
-    """Seconds from each start after the first (a SIGKILL's, or a crash's, restart) to the first micro-batch
-    that start committed, from the start lines of the controller's log and the times of the checkpoint's
-    commit files: p50 and max, and the starts that committed nothing before the next one (killed first)."""
-    starts = [datetime.fromisoformat(m.group(2)).timestamp() for m in START_MARK.finditer(log_path.read_text())]
+def restart_times(log_path: Path, checkpoint: Path, since: str = "start") -> dict:
+    """Seconds from each restart to the first micro-batch committed after it, from the lines of the
+    controller's log and the times of the checkpoint's commit files: p50 and max, and the restarts that
+    committed nothing before the next one (killed first). A restart is, with ``since="start"``, each start
+    after the first (a SIGKILL's, or a crash's); with ``since="kill"``, each kill (a standby's takeover)."""
+    marks = [datetime.fromisoformat(m.group(3)).timestamp() for m in MARK.finditer(log_path.read_text())
+             if m.group(1) == since]
+    restarts = marks[1:] if since == "start" else marks
     commits = checkpoint / "commits"
     written = sorted(p.stat().st_mtime for p in commits.iterdir() if p.name.isdigit()) if commits.is_dir() else []
     times, none = [], 0
-    for start, following in zip(starts[1:], starts[2:] + [float("inf")]):
+    for start, following in zip(restarts, restarts[1:] + [float("inf")]):
         first = next((t for t in written if start < t < following), None)
         if first is None:
             none += 1
         else:
             times.append(first - start)
     return {"p50": round(percentile(times, 50), 1) if times else None,
-            "max": round(max(times), 1) if times else None, "starts": len(starts) - 1,
+            "max": round(max(times), 1) if times else None, "starts": len(restarts),
             "starts_without_a_commit": none}
 
 
@@ -289,7 +350,7 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
     command = [str(REPO / "spark-submit.sh"), "--driver-memory", args.soak_driver_memory,
                str(REPO / "jobs" / "controller.py"), "--warehouse", str(root), "--shards", str(args.shards),
                *sum((["--override", o] for o in overrides), [])]
-    controller = Controller(command, work / "soak-controller.log")
+    controller = Controller(command, work / "soak-controller.log", checkpoint if args.soak_standby else None)
     samples: list[dict] = []
     lag: list[tuple[float, int]] = []
     written_box: list[Written] = []
@@ -306,14 +367,16 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
             with controller.lock:
                 if next_kill is not None and now >= next_kill and feeding.is_set():
                     controller.kill()
-                    controller.start()
+                    if controller.standby_command is None:
+                        controller.start()
                     next_kill += kill_every
                     loads.append(os.getloadavg())
                     continue
                 controller.restart_if_ended()
+                controller.tend_standby()
                 process = controller.process
             if process is not None and process.poll() is None:
-                samples.append({"t": round(now - began, 1), "life": len(controller.starts),
+                samples.append({"t": round(now - began, 1), "life": len(controller.lives),
                                 **memory_by_role(process.pid)})
             end = written_box[-1].last_offset if written_box else None
             if end is not None:
@@ -325,9 +388,12 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
         if wait > 0:
             time.sleep(wait)
 
-    log(f"soak: {seconds} s at {rate:,} events/s, SIGKILL every {kill_every} s, {args.shards} shards, micro-batches "
+    log(f"soak: {seconds} s at {rate:,} events/s, SIGKILL every {kill_every} s"
+        f"{' (a standby takes over)' if args.soak_standby else ''}, {args.shards} shards, micro-batches "
         f"of at most {args.soak_batch:,} events, driver memory {args.soak_driver_memory}")
     controller.start()
+    if args.soak_standby:
+        controller.start_standby()
     watcher = threading.Thread(target=watch, name="soak-watch", daemon=True)
     watcher.start()
     try:
@@ -348,8 +414,9 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
             exit_code = controller.stop()
     finally:
         stop.set()
-        if controller.process is not None and controller.process.poll() is None:
-            controller.kill()
+        for process in (controller.standby, controller.process):
+            if process is not None and process.poll() is None:
+                _kill_tree(process)
     loads.append(os.getloadavg())
     log(f"soak: controller drained: {drained} after {drain_s:.0f} s; replaying the log once in the core")
     started = time.monotonic()
@@ -362,7 +429,7 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
     lives = sorted({s["life"] for s in samples})
     for role in ("driver_jvm", "driver_python", "workers"):
         # within each controller's life, past its first 20 s (Spark starting, the state store loading)
-        steady = [(s["t"] / 60, s[role] / 1e6) for s in samples if s["t"] - (controller.starts[s["life"] - 1] - began) >= 20]
+        steady = [(s["t"] / 60, s[role] / 1e6) for s in samples if s["t"] - (controller.lives[s["life"] - 1] - began) >= 20]
         peaks = [max(s[role] for s in samples if s["life"] == life) / 1e6 for life in lives]
         memory[role] = {"peak_mb_per_life": [round(p) for p in peaks],
                         "slope_of_peaks_mb_per_life": slope(list(enumerate(peaks))),
@@ -376,10 +443,10 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
         "fed_events_per_s": round(written.requests / fed_s), "events_in_log": events,
         "by_type": dict(sorted(written.by_type.items())),
         "driver_memory": args.soak_driver_memory, "max_records_per_batch": args.soak_batch,
-        "controller_starts": len(controller.starts), "kills": len(controller.starts) - 1 - len(controller.crashes),
+        "standby": args.soak_standby, "controller_starts": len(controller.starts), "kills": len(controller.kills),
         "crashes": controller.crashes,
         "drained": drained, "drain_s": round(drain_s, 1), "last_exit_code": exit_code,
-        "restart_s": restart_times(controller.log_path, checkpoint),
+        "restart_s": restart_times(controller.log_path, checkpoint, "kill" if args.soak_standby else "start"),
         "lag_events": {"max": max((v for _, v in lag), default=None),
                        "at_feed_end": next((v for t, v in reversed(lag) if t <= fed_s), None)},
         "tables": compare, "tables_equal_one_shot_replay": all(c["equal"] for c in compare.values()),

@@ -245,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--soak-batch", type=int, default=50_000,
                         help="the soaked controller's kraftlake.controller.max.records.per.batch")
     parser.add_argument("--soak-driver-memory", default="2g", help="the soaked controller's --driver-memory")
+    parser.add_argument("--soak-standby", action="store_true",
+                        help="keep a standby controller (jobs/controller.py --standby) beside the soaked one: a kill "
+                             "leaves it to take over, and restart_s is timed from each kill")
     parser.add_argument("--restart", action="store_true",
                         help="only the restart run: the continuous controller killed right after its first micro-batch, "
                              "started again (uses --soak-brokers, --soak-batch, --soak-driver-memory)")

@@ -89,6 +89,28 @@ def test_restart_times_from_the_soak_s_start_lines_and_the_checkpoint_s_commit_f
                                                           "starts_without_a_commit": 1}
 
 
+def test_takeover_times_from_the_soak_s_kill_lines(tmp_path):
+    """With a standby, each kill is timed to the first commit after it: the standby's start lines (long
+    before) are not restarts."""
+    t0 = 1_795_000_000.0
+
+    def line(what: str, number: int, at: float) -> str:
+        return f"\n--- {what} {number} at {datetime.fromtimestamp(t0 + at, timezone.utc).isoformat()} ---\n"
+
+    log = tmp_path / "soak-controller.log"
+    log.write_text(line("start", 1, 0) + line("standby", 2, 1) + line("kill", 1, 60) + line("standby", 3, 75)
+                   + line("kill", 2, 120) + line("kill", 3, 180))
+    commits = tmp_path / "checkpoint" / "commits"
+    commits.mkdir(parents=True)
+    for batch, at in enumerate([30, 71, 73, 131]):  # kill 3 (at 180) is followed by no commit
+        (commits / str(batch)).write_text("v1\n")
+        os.utime(commits / str(batch), (t0 + at, t0 + at))
+
+    assert restart_times(log, tmp_path / "checkpoint", "kill") == {"p50": 11.0, "max": 11.0, "starts": 3,
+                                                                  "starts_without_a_commit": 1}
+    assert restart_times(log, tmp_path / "checkpoint")["starts"] == 0  # one start: no restart of a process
+
+
 def test_memory_roles_of_a_driver_that_spark_submit_started(tmp_path):
     # spark-submit's JVM starts the Python driver and the Python workers: a "java" parent with two
     # Python children stands for it, the first the driver.
