@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any, Iterator, Mapping, TextIO
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -42,7 +43,7 @@ from kraftlake.spark.queries import (BackfillGuard, ControllerMetrics, LogProgre
 from kraftlake.spark.quorum_query import start_quorum
 from kraftlake.storage import NATIVE, PAYLOAD, Warehouse
 from kraftlake.storage.lease import Lease
-from kraftlake.storage.tables import controller_log_schema, controller_log_to_arrow, rows_to_arrow
+from kraftlake.storage.tables import answers_to_arrow, controller_log_schema, controller_log_to_arrow, rows_to_arrow
 
 STATE_TABLES = tables_of("controller", "state")
 # controller_log and responses have row formats of their own (records, merged answers); the sink writes them first
@@ -117,6 +118,13 @@ ROUTED_COLUMNS = ("offset", "leader_epoch", "ts", "type", "version", "payload", 
 # no JSON payload, and reaches the shard step as ``Changes`` columns: no JSON, no dict per record.
 CHANGE_COLUMNS = {"c_topic": "TopicId", "c_partition": "PartitionId", "c_leader": "Leader", "c_isr": "Isr",
                   "c_recovery": "LeaderRecoveryState"}
+# A BrokerHeartbeatRequest (nine requests in ten, each sent to every shard) crosses as these columns and no
+# JSON payload when its scalar fields are set; on other rows they hold a filler (``HEARTBEAT_FILL``), so that
+# pandas keeps the 64-bit ints exact instead of making floats of a column with nulls.
+HEARTBEAT = "BrokerHeartbeatRequest"
+HEARTBEAT_COLUMNS = {"h_broker": "BrokerId", "h_epoch": "BrokerEpoch", "h_offset": "CurrentMetadataOffset",
+                     "h_fence": "WantFence", "h_shutdown": "WantShutDown", "h_dirs": "OfflineLogDirs"}
+HEARTBEAT_FILL = {"h_broker": 0, "h_epoch": 0, "h_offset": 0, "h_fence": False, "h_shutdown": False}
 
 
 def events_of_frames(frames: Iterator[Any]) -> tuple[list[dict], Changes | None]:
@@ -125,34 +133,52 @@ def events_of_frames(frames: Iterator[Any]) -> tuple[list[dict], Changes | None]
     events: list[dict] = []
     parts: list[Changes] = []
     for frame in frames:
-        simple = frame["payload"].isna() & (frame["type"] == "PartitionChangeRecord")
+        columns = frame["payload"].isna()
+        simple = columns & (frame["type"] == "PartitionChangeRecord")
         if simple.any():
             parts.append(_changes(frame[simple]))
-            frame = frame[~simple]
+        heartbeats = columns & (frame["type"] == HEARTBEAT)
+        if heartbeats.any():
+            events.extend(_heartbeats(frame[heartbeats]))
+        if columns.any():
+            frame = frame[~(simple | heartbeats)]
         events.extend(_event(*values) for values in zip(*(frame[c].tolist() for c in ROUTED_COLUMNS)))
     return events, (Changes.concat(parts) if parts else None)
 
 
-def _changes(frame: Any) -> Changes:
-    import numpy as np
+def _sources(frame: Any) -> tuple[list, list]:
+    """The frame's ``source`` and ``position`` columns as the events hold them (NaN: null)."""
+    return ([s if isinstance(s, str) else None for s in frame["source"].tolist()],
+            [None if p is None or p != p else int(p) for p in frame["position"].tolist()])
 
+
+def _heartbeats(frame: Any) -> list[dict]:
+    """Heartbeats that crossed as ``HEARTBEAT_COLUMNS``, as the events ``_event`` makes of their JSON."""
+    names = tuple(HEARTBEAT_COLUMNS.values())
+    dirs = [None if v is None else v.tolist() for v in frame["h_dirs"].tolist()]
+    data = zip(*(frame[c].tolist() for c in HEARTBEAT_FILL), dirs)
+    sources, positions = _sources(frame)
+    return [{"offset": offset, "leader_epoch": epoch, "timestamp": ts, "type": HEARTBEAT, "version": version,
+             "data": dict(zip(names, values)), "source": source, "position": position}
+            for offset, epoch, ts, version, values, source, position in zip(
+                *(frame[c].tolist() for c in ("offset", "leader_epoch", "ts", "version")), data, sources, positions)]
+
+
+def _changes(frame: Any) -> Changes:
     def ints(column: str, dtype: Any = np.int32) -> Any:
         return frame[column].to_numpy().astype(dtype)
 
-    def optional(values: list) -> list:
-        return [None if v is None or v != v else v for v in values]  # NaN: null
-
+    sources, positions = _sources(frame)
     return Changes(ints("offset", np.int64), ints("ts", np.int64), ints("leader_epoch"), ints("version"),
-                   [s if isinstance(s, str) else None for s in frame["source"].tolist()],
-                   [None if p is None else int(p) for p in optional(frame["position"].tolist())],
+                   sources, positions,
                    [normalize_uuid(t) for t in frame["c_topic"].tolist()], ints("c_partition"), ints("c_leader"),
                    [None if v is None else tuple(v.tolist()) for v in frame["c_isr"].tolist()], ints("c_recovery"))
 
 
 def routed_events(spark_df: Any, shards: int, keys: list[int] | None = None) -> Any:
     """Each event once per shard it goes to (``keys[shard]`` in column ``shard``: see
-    ``queries.group_keys``), its payload as JSON (a simple PartitionChangeRecord's as ``CHANGE_COLUMNS``);
-    NoOpRecords dropped before the shuffle."""
+    ``queries.group_keys``), its payload as JSON (a simple PartitionChangeRecord's as ``CHANGE_COLUMNS``, a
+    heartbeat's as ``HEARTBEAT_COLUMNS``); NoOpRecords dropped before the shuffle."""
     from pyspark.sql import functions as F
 
     present = set(spark_df.columns)
@@ -171,6 +197,14 @@ def routed_events(spark_df: Any, shards: int, keys: list[int] | None = None) -> 
         if "PartitionChangeRecord" in present else F.lit(False)
     columns = [F.when(simple, change[field]).alias(name) if "PartitionChangeRecord" in present
                else F.lit(None).alias(name) for name, field in CHANGE_COLUMNS.items()]
+    heartbeat = F.col(HEARTBEAT)
+    plain = reduce(operator.and_, [heartbeat[HEARTBEAT_COLUMNS[c]].isNotNull() for c in HEARTBEAT_FILL],
+                   F.col("type") == HEARTBEAT) if HEARTBEAT in present else F.lit(False)
+    for name, field in HEARTBEAT_COLUMNS.items():
+        value = F.when(plain, heartbeat[field]) if HEARTBEAT in present else F.lit(None)
+        columns.append((value if name not in HEARTBEAT_FILL else
+                        F.coalesce(value, F.lit(HEARTBEAT_FILL[name]))).alias(name))
+    simple = simple | plain  # rows whose payload crosses as columns
     topic_ids = [F.col(f"{t}.{key}") for t, key in TOPIC_SCOPED.items() if t in present]
     topic_id = F.coalesce(*topic_ids) if topic_ids else F.lit(None).cast("string")
     keys = list(range(shards)) if keys is None else keys
@@ -231,19 +265,26 @@ def _load_state(shard: int, raw: bytes | None) -> ShardState:
 
 
 def outputs_frame(outputs: list[Output | Block]) -> Any:
-    """A shard's outputs as one pandas frame of ``OUTPUT_SCHEMA``: the rows of each of ``TYPED_TABLES``
-    as one Arrow IPC stream (one frame row), every other row (and the deletes' keys) as JSON.
+    """A shard's outputs as one pandas frame of ``OUTPUT_SCHEMA``: the rows of each of ``TYPED_TABLES`` as
+    one Arrow IPC stream (one frame row), and so its answers (``answers_to_arrow``) and its controller_log
+    rows; every other row (and the deletes' keys) as JSON.
 
-    The typed rows thus cross to the driver without pandas or Spark touching them value by value
-    (pyspark converts array columns of a pandas frame element by element)."""
+    Those rows thus cross to the driver without pandas or Spark touching them value by value (pyspark
+    converts array columns of a pandas frame element by element), and without a JSON round trip each."""
     import pandas as pd
 
     groups: dict[str, list[Output]] = {name: [] for name in TYPED_TABLES}
     blocks: dict[str, list[pa.Table]] = {name: [] for name in TYPED_TABLES}
+    answers: list[dict] = []
+    logged: list[dict] = []
     other: list[Output] = []
     for o in outputs:
         if isinstance(o, Block):
             blocks[o.table].append(o.rows)
+        elif o.op == "response":
+            answers.append(o.row)
+        elif o.table == "controller_log":
+            logged.append(o.row)
         else:
             (groups[o.table] if o.op != "delete" and o.table in groups else other).append(o)
     frame: dict[str, list] = {"table": [], "op": [], "offset": [], "seq": [], "row": [], "rows": []}
@@ -251,8 +292,10 @@ def outputs_frame(outputs: list[Output | Block]) -> Any:
         for column, value in zip(frame.values(), (o.table, o.op, o.offset, o.seq,
                                                    json.dumps(o.row, default=json_bytes), None)):
             column.append(value)
-    for name in TYPED_TABLES:
-        parts = blocks[name] + ([typed_table(name, groups[name])] if groups[name] else [])
+    typed = {name: blocks[name] + ([typed_table(name, groups[name])] if groups[name] else []) for name in TYPED_TABLES}
+    typed["responses"] = [answers_to_arrow(answers)] if answers else []
+    typed["controller_log"] = [controller_log_to_arrow(logged)] if logged else []
+    for name, parts in typed.items():
         if parts:
             for column, value in zip(frame.values(), (name, ARROW_OP, -1, 0, None, _ipc(pa.concat_tables(parts)))):
                 column.append(value)
@@ -286,8 +329,9 @@ def _arrow_rows(name: str, rows: list[dict]) -> pa.Table:
 
 @dataclass
 class BatchOutputs:
-    """A micro-batch's outputs as the sink gets them: the rows of ``TYPED_TABLES`` as Arrow tables
-    (``typed_table``'s layout, in no particular order), every other row as an ``Output``."""
+    """A micro-batch's outputs as the sink gets them, as Arrow tables in no particular order: the rows of
+    ``TYPED_TABLES`` (``typed_table``'s layout), controller_log's (its table's) and the shards' answers
+    (``answers_schema``); every other row as an ``Output``."""
 
     typed: dict[str, pa.Table]
     other: list[Output]
@@ -303,10 +347,10 @@ def _outputs_of(batch: pa.Table) -> BatchOutputs:
                         [Output(r["table"], r["op"], r["offset"], r["seq"], json.loads(r["row"])) for r in rest])
 
 
-def _typed_rows(typed: dict[str, pa.Table] | None, name: str) -> tuple[pa.Table, pa.Table] | None:
+def _typed_rows(typed: dict[str, pa.Table], name: str) -> tuple[pa.Table, pa.Table] | None:
     """The typed rows of table ``name`` in (offset, seq) order: their ``op``, ``offset`` and ``seq``,
     and the rows in the table's schema."""
-    part = (typed or {}).get(name)
+    part = typed.get(name)
     if part is None or part.num_rows == 0:
         return None
     part = part.sort_by([("offset", "ascending"), ("seq", "ascending")])
@@ -324,16 +368,37 @@ def _as_outputs(name: str, typed_rows: tuple[pa.Table, pa.Table]) -> list[Output
     return [Output(name, m["op"], m["offset"], m["seq"], r) for m, r in zip(meta.to_pylist(), rows.to_pylist())]
 
 
-def write_outputs(warehouse: Warehouse, outputs: list[Output] | BatchOutputs,
-                  txn: tuple[str, int], config: Mapping[str, str] | None = None) -> dict[str, int]:
+def merged_answers(answers: pa.Table) -> pa.Table:
+    """``responses`` rows from the shards' answers (``answers_schema``), one per request in offset order: an
+    answer of one shard as it came, the answers of several merged as ``shards.merged_responses`` merges
+    them (only these are parsed: a shard alone answers most requests, shard 0 every steady heartbeat)."""
+    answers = answers.sort_by([("offset", "ascending"), ("shard", "ascending")])
+    offsets = answers.column("offset").to_numpy()
+    first = np.ones(len(offsets), bool)
+    first[1:] = offsets[1:] != offsets[:-1]
+    rows = answers.filter(first).drop_columns(["shard"])
+    if first.all():
+        return rows
+    shared = np.unique(offsets[~first])
+    parts = answers.filter(pc.is_in(answers.column("offset"), pa.array(shared)))
+    merged = merged_responses(Output("responses", "response", r["offset"], 0, {**r, "data": json.loads(r["data"])})
+                              for r in parts.select(["offset", "shard", "data"]).to_pylist())
+    data = rows.column("data").to_pylist()
+    for place, row in zip(np.searchsorted(offsets[first], shared).tolist(), merged):
+        data[place] = json.dumps(row["data"], default=json_bytes)
+    index = rows.schema.get_field_index("data")
+    return rows.set_column(index, rows.schema.field(index), pa.array(data, pa.string()))
+
+
+def write_outputs(warehouse: Warehouse, outputs: BatchOutputs, txn: tuple[str, int],
+                  config: Mapping[str, str] | None = None) -> dict[str, int]:
     """Commit one micro-batch's rows: MERGE for state tables (last op per key wins), append for logs; the
     leader imbalance judged over the shards' counts first (``shards.leader_imbalance``, ``config``'s
     ``leader.imbalance.per.broker.percentage``).
 
     Typed rows go to Delta as the Arrow columns they arrived in; only when a table also has rows of
     the other kind (deletes, or a key written twice) do they take the row-by-row path below."""
-    typed = outputs.typed if isinstance(outputs, BatchOutputs) else None
-    rest = outputs.other if isinstance(outputs, BatchOutputs) else outputs
+    typed, rest = outputs.typed, outputs.other
     counts = [o for o in rest if o.table == LEADER_COUNTS]
     if counts:
         rest = [o for o in rest if o.table != LEADER_COUNTS]
@@ -342,15 +407,15 @@ def write_outputs(warehouse: Warehouse, outputs: list[Output] | BatchOutputs,
     # so (offset, seq) orders every key's rows
     ordered = sorted(rest, key=lambda o: (o.offset, o.seq))
     written = {}
-    generated = [o.row for o in ordered if o.table == "controller_log"]
-    if generated:
-        warehouse.append("controller_log", controller_log_to_arrow(generated), controller_log_schema(), txn)
-        written["controller_log"] = len(generated)
-    responses = merged_responses(ordered)
-    if responses:
-        rows = [{**r, "data": json.dumps(r["data"], default=json_bytes)} for r in responses]
-        warehouse.append("responses", _arrow_rows("responses", rows), table_arrow_schema("responses"), txn)
-        written["responses"] = len(rows)
+    generated = typed.get("controller_log")
+    if generated is not None and generated.num_rows:
+        warehouse.append("controller_log", generated, controller_log_schema(), txn)
+        written["controller_log"] = generated.num_rows
+    answers = typed.get("responses")
+    if answers is not None and answers.num_rows:
+        rows = merged_answers(answers)
+        warehouse.append("responses", rows, table_arrow_schema("responses"), txn)
+        written["responses"] = rows.num_rows
     for name in APPEND_TABLES:
         mine = [o for o in ordered if o.table == name]
         fast = _typed_rows(typed, name)
@@ -432,7 +497,7 @@ def controller_input(warehouse: Warehouse) -> dict[str, list[str]]:
             "json_payload": [c for c in payloads if c not in STRUCT_PAYLOADS]}
 
 
-STRUCT_PAYLOADS = ("PartitionChangeRecord", "PartitionRecord")
+STRUCT_PAYLOADS = ("PartitionChangeRecord", "PartitionRecord", HEARTBEAT)
 ROUTED_FIXED = ("offset", "leader_epoch", "timestamp", "type", "version", "source", "position")
 
 

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import json
+import operator
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
+from kraftlake.codec.events import json_bytes
 from kraftlake.metadata.rejections import Rejection
 from kraftlake.metadata.tables import ENVELOPE_COLUMNS, metadata_log_schema, table_arrow_schema
 
@@ -101,6 +105,24 @@ def rows_to_arrow(name: str, rows: list[dict]) -> pa.Table:
     times = [f.name for f in schema if pa.types.is_timestamp(f.type)]
     return pa.Table.from_pylist([{**r, **{c: r[c] * 1000 for c in times if r.get(c) is not None}} for r in rows],
                                 schema=schema)
+
+
+def answers_schema() -> pa.Schema:
+    """``responses``' columns, then the shard that answered: the layout of answers before the shards'
+    answers to one request are merged into its row."""
+    return table_arrow_schema("responses").append(pa.field("shard", pa.int32()))
+
+
+def answers_to_arrow(rows: Sequence[dict]) -> pa.Table:
+    """Answers as the shards make them (``responses`` rows with event times in ms, ``data`` a dict, and
+    ``shard``) in ``answers_schema``, ``data`` as the JSON the table stores: column by column, since a
+    shard answers nearly every request it sees."""
+    schema = answers_schema()
+    names = schema.names
+    columns = dict(zip(names, zip(*map(operator.itemgetter(*names), rows)))) if rows else dict.fromkeys(names, ())
+    columns["timestamp"] = [t * 1000 for t in columns["timestamp"]]
+    columns["data"] = [json.dumps(d, default=json_bytes) for d in columns["data"]]
+    return pa.Table.from_arrays([pa.array(columns[f.name], f.type) for f in schema], schema=schema)
 
 
 def rejections_to_arrow(rejections: Sequence[Rejection], stage: str = "ingest") -> pa.Table:

@@ -1,0 +1,138 @@
+"""What crosses between the controller's Spark stages without JSON, checked without Spark: heartbeats
+into a shard as columns (``controller_query.HEARTBEAT_COLUMNS``), and the shards' answers out of it as
+Arrow (``storage.tables.answers_to_arrow``) merged by the driver (``controller_query.merged_answers``).
+
+The frames are built the way pyspark hands a group's rows to ``applyInPandasWithState``: an Arrow table
+turned into pandas (list columns as numpy arrays, an int column with nulls as floats)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from kraftlake.codec.events import json_bytes
+from kraftlake.controller.dispatch import BROKER_REQUESTS, PARTITION_REQUESTS, TOPIC_REQUESTS
+from kraftlake.controller.shards import Output, ShardState, expand, merged_responses, routes, step
+from kraftlake.image.cluster_image import ClusterImage
+from kraftlake.metadata.tables import table_arrow_schema
+from kraftlake.spark.controller_query import (CHANGE_COLUMNS, HEARTBEAT_COLUMNS, HEARTBEAT_FILL, events_of_frames,
+                                              merged_answers)
+from kraftlake.storage.tables import answers_schema, answers_to_arrow
+from test_request_fast_path import CONFIG, hard_log
+
+DIRS = ["u6mP1nJ7Qsa-Xa4H2Lw9Yg", "AAAAAAAAAAAAAAAAAAAAAQ"]
+# Every field of a heartbeat at both versions, nulls and the extremes of the 64-bit fields included: the
+# events as ingest hands them to the controller, and as the shard must get them back.
+HEARTBEATS = [
+    {"offset": 7, "leader_epoch": 3, "timestamp": 1_763_580_000_000, "type": "BrokerHeartbeatRequest", "version": 0,
+     "data": {"BrokerId": 1, "BrokerEpoch": 5, "CurrentMetadataOffset": 6, "WantFence": False, "WantShutDown": False,
+              "OfflineLogDirs": None}, "source": "a.jsonl", "position": 8},
+    {"offset": 9, "leader_epoch": 3, "timestamp": 1_763_580_000_001, "type": "BrokerHeartbeatRequest", "version": 1,
+     "data": {"BrokerId": 2 ** 31 - 1, "BrokerEpoch": 2 ** 63 - 1, "CurrentMetadataOffset": -(2 ** 63),
+              "WantFence": True, "WantShutDown": True, "OfflineLogDirs": DIRS}, "source": None, "position": None},
+    {"offset": 10, "leader_epoch": 4, "timestamp": 1_763_580_000_002, "type": "BrokerHeartbeatRequest", "version": 1,
+     "data": {"BrokerId": -1, "BrokerEpoch": 2 ** 53 + 1, "CurrentMetadataOffset": 0, "WantFence": False,
+              "WantShutDown": True, "OfflineLogDirs": []}, "source": "b.jsonl", "position": 2},
+]
+# Events whose payload crosses as JSON: another type, and a heartbeat with a null field (not one of the
+# columns' rows: its columns hold the fillers).
+JSON_EVENTS = [
+    {"offset": 8, "leader_epoch": 3, "timestamp": 1_763_580_000_000, "type": "UnregisterBrokerRequest", "version": 0,
+     "data": {"BrokerId": 4}, "source": "a.jsonl", "position": 9},
+    {"offset": 11, "leader_epoch": 4, "timestamp": 1_763_580_000_003, "type": "BrokerHeartbeatRequest", "version": 0,
+     "data": {"BrokerId": 3, "BrokerEpoch": None, "CurrentMetadataOffset": 1, "WantFence": False,
+              "WantShutDown": False, "OfflineLogDirs": None}, "source": None, "position": None},
+]
+
+
+def routed_frame(columns: list[dict], payloads: list[dict]) -> pd.DataFrame:
+    """Rows as ``routed_events`` makes them: ``columns``' heartbeats in ``HEARTBEAT_COLUMNS`` without a payload,
+    ``payloads``' events as JSON with the heartbeat columns filled, through Arrow into pandas as pyspark does."""
+    types = {"h_broker": pa.int32(), "h_epoch": pa.int64(), "h_offset": pa.int64(), "h_fence": pa.bool_(),
+             "h_shutdown": pa.bool_(), "h_dirs": pa.list_(pa.string())}
+    rows = []
+    for event, crosses in [(e, True) for e in columns] + [(e, False) for e in payloads]:
+        row = {"offset": event["offset"], "leader_epoch": event["leader_epoch"], "ts": event["timestamp"],
+               "type": event["type"], "version": event["version"], "source": event["source"],
+               "position": event["position"], **dict.fromkeys(CHANGE_COLUMNS),
+               "payload": None if crosses else json.dumps(event["data"])}
+        for name, field in HEARTBEAT_COLUMNS.items():
+            row[name] = event["data"][field] if crosses else HEARTBEAT_FILL.get(name)
+        rows.append(row)
+    schema = pa.schema([("offset", pa.int64()), ("leader_epoch", pa.int32()), ("ts", pa.int64()), ("type", pa.string()),
+                        ("version", pa.int16()), ("source", pa.string()), ("position", pa.int64()),
+                        ("c_topic", pa.string()), ("c_partition", pa.int32()), ("c_leader", pa.int32()),
+                        ("c_isr", pa.list_(pa.int32())), ("c_recovery", pa.int8()), ("payload", pa.string()),
+                        *types.items()])
+    return pa.Table.from_pylist(rows, schema=schema).to_pandas()
+
+
+def by_offset(events: list[dict]) -> list[dict]:
+    return sorted(events, key=lambda e: e["offset"])
+
+
+def test_heartbeats_as_columns_reach_the_shard_as_the_events_they_were() -> None:
+    events, changes = events_of_frames(iter([routed_frame(HEARTBEATS, JSON_EVENTS)]))
+    assert changes is None
+    assert by_offset(events) == by_offset(HEARTBEATS + JSON_EVENTS)
+    # exact types: a 64-bit value near 2^63 through a float would compare equal to a neighbour
+    for event in events:
+        assert all(type(v) is type(w) for v, w in zip(event["data"].values(),
+                                                      next(e for e in HEARTBEATS + JSON_EVENTS
+                                                           if e["offset"] == event["offset"])["data"].values()))
+
+
+def test_heartbeats_as_columns_and_as_json_are_the_same_events() -> None:
+    as_columns, _ = events_of_frames(iter([routed_frame(HEARTBEATS, [])]))
+    as_json, _ = events_of_frames(iter([routed_frame([], HEARTBEATS)]))
+    assert as_columns == as_json == HEARTBEATS
+
+
+@pytest.fixture(scope="module")
+def answers() -> list[list[dict]]:
+    """Every shard's answers to a log holding every request type the controller decides (3 shards)."""
+    shards = 3
+    states = [ShardState(ClusterImage()) for _ in range(shards)]
+    per_shard: list[list[dict]] = [[] for _ in range(shards)]
+    for event in hard_log(5):
+        for shard in routes(event, shards):
+            per_shard[shard].append(event)
+    return [[o.row for o in expand(step(shard, shards, states[shard], per_shard[shard], CONFIG)) if o.op == "response"]
+            for shard in range(shards)]
+
+
+def test_answers_as_arrow_keep_every_field(answers: list[list[dict]]) -> None:
+    rows = [r for shard in answers for r in shard]
+    table = answers_to_arrow(rows)
+    assert table.schema == answers_schema()
+    back = table.to_pylist()
+    assert len(back) == len(rows)
+    for row, got in zip(rows, back):
+        assert round(got["timestamp"].timestamp() * 1000) == row["timestamp"]
+        assert json.loads(got["data"]) == json.loads(json.dumps(row["data"], default=json_bytes))
+        assert {k: v for k, v in got.items() if k not in ("timestamp", "data")} == \
+            {k: v for k, v in row.items() if k not in ("timestamp", "data")}
+    # the log made answers of every request type, with and without an error code or an error message
+    assert set(BROKER_REQUESTS) | set(TOPIC_REQUESTS) | set(PARTITION_REQUESTS) <= {r["request_type"] for r in back}
+    assert {None, 0} < {r["error_code"] for r in back}
+    assert {None, ""} <= {r["error_message"] for r in back}
+    assert answers_to_arrow([]).num_rows == 0
+
+
+def test_merged_answers_are_the_rows_merged_responses_makes(answers: list[list[dict]]) -> None:
+    """One row per request, as the core's replay merges its shards' answers; blocks in any shard order."""
+    expected = [{**r, "data": json.dumps(r["data"], default=json_bytes)}
+                for r in merged_responses(o for shard in answers for o in _outputs(shard))]
+    merged = merged_answers(pa.concat_tables([answers_to_arrow(rows) for rows in reversed(answers)]))
+    assert merged.schema == table_arrow_schema("responses")
+    got = [{**r, "timestamp": round(r["timestamp"].timestamp() * 1000)} for r in merged.to_pylist()]
+    assert got == expected
+    offsets = [r["offset"] for shard in answers for r in shard]
+    assert len(offsets) > len(set(offsets)), "no request was answered by several shards: nothing was merged"
+
+
+def _outputs(rows: list[dict]) -> list[Output]:
+    return [Output("responses", "response", r["offset"], 0, r) for r in rows]
