@@ -6,10 +6,9 @@ Arrow is the hand-off format between the pure core and both Delta engines; the s
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import json
 import operator
+from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
