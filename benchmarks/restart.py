@@ -7,7 +7,7 @@ A warehouse of the soak's simulated cluster (``--soak-brokers`` brokers, ``--res
 created, the controller replays what is there (``jobs/controller.py --once``, as a process). Then, for each
 further chunk, the continuous controller is started as the soak starts it (``soak.Controller``) and killed
 with SIGKILL as soon as its first micro-batch is committed (its checkpoint's ``commits`` file). Each start
-is split where the job says so on stderr (``Spark session ready``, ``queries started``) and at the commit,
+is split where the job says so on stderr (``Spark session ready``, ``controller query started``) and at the commit,
 all timed from the moment the process was started. The first continuous start follows a clean exit, not a
 kill: it is reported apart.
 
@@ -37,11 +37,13 @@ from benchmarks.soak import CONTROLLER_JOB, REPO, Controller, committed_batch
 from benchmarks.stats import log, percentile
 
 POLL_S = 0.05
-# what the continuous controller says on stderr as it starts (``cli.controller``, ``controller_query.run``)
-MARKS = {"session_s": "] Spark session ready", "queries_s": "] queries started"}
+# what the continuous controller says on stderr as it starts (``cli.controller``, ``controller_query.run``):
+# ``queries_s``: its controller query started (the quorum query follows that query's first micro-batch)
+QUERY_STARTED = "] controller query started"
+MARKS = {"session_s": "] Spark session ready", "queries_s": QUERY_STARTED}
 # ... and a standby, once it waits and once the lease is free
 WAITING = "] standby: waiting for the controller lease"
-TAKEOVER_MARKS = {"lease_s": "] standby: took the controller lease over", "queries_s": "] queries started"}
+TAKEOVER_MARKS = {"lease_s": "] standby: took the controller lease over", "queries_s": QUERY_STARTED}
 # what each start / takeover reports: its marks' times, then its first commit's
 START_KEYS, TAKEOVER_KEYS = (*MARKS, "first_batch_s"), (*TAKEOVER_MARKS, "first_batch_s")
 TIMEOUT_S = 600.0

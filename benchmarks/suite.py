@@ -22,7 +22,7 @@ Sections of the report (docs/performance.md says what each number means):
   with SIGKILL at intervals, its tables checked against one replay by the core, its memory sampled;
 - ``restart`` (``--restart`` alone): the continuous controller over ``--restart-partitions`` partitions killed
   with SIGKILL right after its first committed micro-batch, ``--restart-count`` times: from its process start
-  to the Spark session, the queries started and the first micro-batch committed (p50 / max);
+  to the Spark session, the controller query started and the first micro-batch committed (p50 / max);
 - ``scale_out`` (``--scale-out`` alone, added to the ``--report`` file): ingest and replay of one log on a
   standalone cluster of one one-core worker, then two, and the replay's time split from Spark's event log.
 

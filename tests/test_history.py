@@ -303,20 +303,23 @@ def test_the_guard_sees_backfills_after_the_version_its_checkpoint_recorded(log_
     assert BackfillGuard(tables, str(old)).stale() is not None
 
 
+class Query:
+    """What ``supervise`` uses of a ``StreamingQuery``."""
+
+    isActive, lastProgress, stopped = True, None, False
+
+    def awaitTermination(self, timeout: float) -> None:  # noqa: N802 (pyspark's name)
+        pass
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.isActive = False
+
+    def exception(self) -> None:
+        return None
+
+
 def test_a_guard_that_fails_stops_every_query() -> None:
-    class Query:
-        isActive, lastProgress, stopped = True, None, False
-
-        def awaitTermination(self, timeout: float) -> None:  # noqa: N802 (pyspark's name)
-            pass
-
-        def stop(self) -> None:
-            self.stopped = True
-            self.isActive = False
-
-        def exception(self) -> None:
-            return None
-
     def guard() -> None:
         raise RuntimeError("metadata_log was backfilled")
 
@@ -324,6 +327,25 @@ def test_a_guard_that_fails_stops_every_query() -> None:
     with pytest.raises(RuntimeError, match="backfilled"):
         supervise(queries, False, "unused", guard=guard)
     assert all(q.stopped for q in queries.values())
+
+
+def test_a_deferred_query_starts_after_the_first_querys_first_trigger_and_stops_with_it() -> None:
+    main, started, seen = Query(), [], []
+
+    def start_quorum() -> Query:
+        started.append(Query())
+        return started[-1]
+
+    def on_progress(progress: dict | None) -> None:
+        seen.append(len(started))
+        if len(seen) == 2:
+            main.lastProgress = {"batchId": 0}  # its first trigger done
+        if len(seen) == 4:
+            main.stop()  # by whoever started it: the other query does not run on alone
+
+    assert supervise({"controller": main}, False, "unused", on_progress, deferred={"quorum": start_quorum})
+    assert seen == [0, 0, 1, 1]
+    assert started[0].stopped
 
 
 def test_quorum_describe_refuses_tables_computed_before_a_backfill(log_dir: Path, tmp_path: Path,

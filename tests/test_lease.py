@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -295,26 +296,32 @@ def test_a_second_controller_is_refused_and_a_standby_takes_over_a_killed_one(tm
 
 def test_a_standby_stopped_while_waiting_exits_130_and_writes_nothing(spark: SparkSession, tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """In this process (its Spark session is the suite's): SIGTERM, as ``run_job`` takes it."""
+    """In this process (its Spark session is the suite's): SIGTERM, as ``run_job`` takes it. Nothing under the
+    warehouse changed, its warm-up included; the thread repeating that warm-up ends with the job."""
     ingest_jsonl(DeltaRsTables(str(tmp_path)), write_jsonl(generate_log(seed=3, size=10).events, tmp_path / "l.jsonl"))
     err = io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
     with holder_process(tmp_path, TTL_MS, renew=False) as holder:
         state, _ = Lease(str(tmp_path), "controller", TTL_MS).look()
+        files = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
 
         def stop_when_waiting() -> None:
             assert wait_for(lambda: "standby: waiting" in err.getvalue(), 120)
             os.kill(os.getpid(), signal.SIGTERM)
 
         signaller, errors = in_background(stop_when_waiting)
-        code = run_job("controller", main, ["--warehouse", str(tmp_path), "--standby", "--no-progress"])
+        # the holder renews nothing: the standby's TTL outlasts its warm-up, however slow, so that it waits
+        code = run_job("controller", main, ["--warehouse", str(tmp_path), "--standby", "--no-progress",
+                                            "--override", f"kraftlake.controller.lease.ttl.ms={TTL_MS * 10}"])
         signaller.join(30)
         assert not errors
         assert code == INTERRUPTED, err.getvalue()
         assert f"standby: waiting for the controller lease held by pid {holder.pid} " in err.getvalue()
         assert "controller: stopped (SIGTERM)" in err.getvalue() and "Traceback" not in err.getvalue()
+        assert not [t for t in threading.enumerate() if t.name == "kraftlake-warm-up"]
         assert Lease(str(tmp_path), "controller", TTL_MS).look()[0] == state
-        assert not (tmp_path / "_checkpoints").exists()
+        # its warm-up (a Spark job, both queries' plans over metadata_log) before it waited wrote no file either
+        assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == files
 
 
 @pytest.mark.parametrize("other", ["--once", "--reset"])

@@ -236,9 +236,11 @@ def test_a_running_controller_prints_its_status_line(spark, fixtures_dir, tmp_pa
     runner.start()
     try:
         assert wait_for(lambda: f"up to date at offset {first_end:,}" in out.getvalue(), 120), out.getvalue()
-        # before any status line, how long starting the queries took (a restart's downtime)
-        assert re.match(r"\[controller\] queries started \d+\.\d s after the job's start\n", out.getvalue()), \
-            out.getvalue()
+        # before any status line, how long starting the query took (a restart's downtime); the quorum query after
+        # the controller's first micro-batch
+        assert re.match(r"\[controller\] controller query started \d+\.\d s after the job's start; the quorum "
+                        r"query starts after its first micro-batch\n", out.getvalue()), out.getvalue()
+        assert wait_for(lambda: "[controller] quorum query started" in out.getvalue(), 60), out.getvalue()
         more = tmp_path / "more.jsonl"
         more.write_text('{"type": "NoOpRecord", "version": 0, "timestamp": 1763580879457, "data": {}}\n')
         ingest_source(warehouse, str(more))

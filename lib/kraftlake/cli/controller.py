@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from contextlib import nullcontext
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
 from kraftlake.cli.launcher import UserError
@@ -31,7 +32,7 @@ from kraftlake.cli.runtime import (QUORUM_PROTOCOL, checkpoint_location, meter, 
 from kraftlake.metadata.config import Config
 from kraftlake.metadata.progress import NEVER
 from kraftlake.raft.config import PROTOCOLS
-from kraftlake.spark.controller_query import ControllerSettings, reset, run, warm_up
+from kraftlake.spark.controller_query import ControllerSettings, keep_warm, reset, run
 from kraftlake.storage import Warehouse
 from kraftlake.storage.lease import Holder, Lease
 
@@ -99,30 +100,32 @@ def main(argv: list[str] | None = None) -> int:
               f"once it is released, its holder on this host is gone, or {ttl_ms / 1000:.0f} s after its last "
               "renewal", file=sys.stderr, flush=True)
 
+    def settings_of(warehouse: Warehouse) -> ControllerSettings:
+        limit = args.max_records_per_batch or config.get_int("kraftlake.controller.max.records.per.batch", minimum=0)
+        return ControllerSettings(
+            shards=args.shards or config.get_int("kraftlake.shards", minimum=1),
+            checkpoint=checkpoint_location(config, warehouse, "controller", args.checkpoint),
+            once=args.once, max_records_per_batch=limit or None,
+            trigger_interval_ms=config.get_int("kraftlake.controller.trigger.interval.ms", minimum=0),
+            kafka_config=replay_configs(config), lease_ttl_ms=ttl_ms, metrics_address=metrics)
+
     try:
         # the lease first, unless a standby: a second controller is turned away before it starts Spark or
-        # touches anything, while a standby has its session up by the time the lease is free
+        # touches anything, while a standby has its session up and warm by the time the lease is free
         warehouse = open_session() if args.standby else None
-        if warehouse is not None:
-            warm_up(warehouse.spark)
-        with Lease(root, "controller", ttl_ms, storage_options=storage_options(config)).held(poll_ms,
-                                                                                              waiting) as lease:
+        warming = keep_warm(warehouse, settings_of(warehouse)) if warehouse is not None else nullcontext(None)
+        lease_held = Lease(root, "controller", ttl_ms, storage_options=storage_options(config)).held(poll_ms, waiting)
+        with warming as stop_warming, lease_held as lease:
             if warehouse is None:
                 warehouse = open_session()
             else:
                 print(f"[controller] standby: took the controller lease over (epoch {lease.epoch}) "
                       f"{time.monotonic() - started:.1f} s after the job's start; starting the queries",
                       file=sys.stderr, flush=True)
-            checkpoint = checkpoint_location(config, warehouse, "controller", args.checkpoint)
-            limit = args.max_records_per_batch or config.get_int("kraftlake.controller.max.records.per.batch",
-                                                                 minimum=0)
-            settings = ControllerSettings(
-                shards=args.shards or config.get_int("kraftlake.shards", minimum=1), checkpoint=checkpoint,
-                once=args.once, max_records_per_batch=limit or None,
-                trigger_interval_ms=config.get_int("kraftlake.controller.trigger.interval.ms", minimum=0),
-                kafka_config=replay_configs(config), lease_ttl_ms=ttl_ms, metrics_address=metrics)
+                stop_warming()
+            settings = settings_of(warehouse)
             if args.reset:
-                reset(warehouse, checkpoint)
+                reset(warehouse, settings.checkpoint)
             finished = run(warehouse, settings, meter(config, "controller", "offsets"), status_every=status,
                            lease=lease, started=started)
     except RuntimeError as exc:

@@ -16,11 +16,12 @@ import json
 import operator
 import os
 import sys
+import threading
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import reduce
-from typing import Any, Iterator, Mapping, TextIO
+from typing import Any, Callable, Iterator, Mapping, TextIO
 
 import numpy as np
 import pyarrow as pa
@@ -38,9 +39,10 @@ from kraftlake.metadata.schemas import StructSpec, registry
 from kraftlake.metadata.tables import (FIXED_COLUMNS, derived_tables, metadata_log_schema, table_arrow_schema, table_keys,
                                        tables_of)
 from kraftlake.report.metrics import PATH as METRICS_PATH, MetricsServer
-from kraftlake.spark.queries import (BackfillGuard, ControllerMetrics, LogProgress, MetadataLogEnd, delete_dir,
-                                     group_keys, open_anomalies, parse_state, query_id, start_sink, supervise)
-from kraftlake.spark.quorum_query import start_quorum
+from kraftlake.spark.queries import (SHUFFLE_PARTITIONS, BackfillGuard, ControllerMetrics, LogProgress, MetadataLogEnd,
+                                     delete_dir, group_keys, open_anomalies, parse_state, query_id, spread_keys,
+                                     start_sink, supervise)
+from kraftlake.spark.quorum_query import quorum_outputs, start_quorum
 from kraftlake.storage import NATIVE, PAYLOAD, Warehouse
 from kraftlake.storage.lease import Lease
 from kraftlake.storage.tables import answers_to_arrow, controller_log_schema, controller_log_to_arrow, rows_to_arrow
@@ -501,34 +503,87 @@ STRUCT_PAYLOADS = ("PartitionChangeRecord", "PartitionRecord", HEARTBEAT)
 ROUTED_FIXED = ("offset", "leader_epoch", "timestamp", "type", "version", "source", "position")
 
 
+def controller_outputs(warehouse: Warehouse, settings: ControllerSettings, keys: list[int]) -> Any:
+    """The controller query's streaming frame, before a sink (``keys``: the shards' group keys), built without
+    writing anything: a standby builds one before it holds the lease (``warm_up``)."""
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    source = warehouse.read_stream("metadata_log", max_records_per_batch=settings.max_records_per_batch,
+                                   **controller_input(warehouse))
+    return (routed_events(source, settings.shards, keys)
+            .groupBy("shard")
+            .applyInPandasWithState(shard_function(settings.shards, settings.kafka_config, keys), OUTPUT_SCHEMA,
+                                    STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout))
+
+
 def start(warehouse: Warehouse, settings: ControllerSettings):
     """Start the controller query; returns the ``StreamingQuery``."""
     check_start(warehouse, settings.checkpoint)
     for name in tables_of("controller"):
         warehouse.prepare(name, table_arrow_schema(name))
-    source = warehouse.read_stream("metadata_log", max_records_per_batch=settings.max_records_per_batch,
-                                   **controller_input(warehouse))
-    from pyspark.sql.streaming.state import GroupStateTimeout
-
-    shards = settings.shards
-    keys = group_keys(settings.checkpoint, shards, int(warehouse.spark.conf.get("spark.sql.shuffle.partitions")),
+    keys = group_keys(settings.checkpoint, settings.shards, int(warehouse.spark.conf.get(SHUFFLE_PARTITIONS)),
                       warehouse.storage_options)
-    outputs = (routed_events(source, shards, keys)
-               .groupBy("shard")
-               .applyInPandasWithState(shard_function(shards, settings.kafka_config, keys), OUTPUT_SCHEMA, STATE_SCHEMA,
-                                       "append",
-                                       GroupStateTimeout.NoTimeout))
+    outputs = controller_outputs(warehouse, settings, keys)
     return start_sink(outputs, "controller", settings.checkpoint, settings.once, settings.trigger_interval_ms,
                       lambda batch_df, txn: write_outputs(warehouse, _outputs_of(batch_df.toArrow()), txn,
                                                           settings.kafka_config),
                       warehouse.storage_options)
 
 
-def warm_up(spark: Any) -> None:
-    """One tiny grouped pandas job that touches no table, for a standby while it waits: the micro-batch
-    after its takeover then finds the Python worker daemon started and the shuffle's, Arrow's and the
-    Python runner's classes loaded and compiled."""
-    spark.range(0, 2, numPartitions=2).groupBy("id").applyInPandas(lambda rows: rows, "id long").toArrow()
+def _same_rows(rows: Any) -> Any:
+    return rows
+
+
+def warm_up(warehouse: Warehouse, settings: ControllerSettings) -> None:
+    """What a standby does while it waits for the lease, writing nothing, so that its takeover finds it done.
+
+    One tiny grouped pandas job touching no table: the Python worker daemon started, the shuffle's, Arrow's
+    and the Python runner's classes loaded and compiled, and two Python workers (the shards' two shuffle
+    partitions) that imported this module, as the shards' function needs (``_same_rows`` is pickled by
+    reference). Then both queries' frames built and dropped (when there is a ``metadata_log``): the data
+    source registered, its planner's Python worker up, the analysis of both plans loaded; those measured
+    2.1 s and 1.3 s the first time in a session, 0.1 s and 0.6 s the next. The frames themselves are built
+    again after the takeover: the log's columns or the checkpoint's keys may change meanwhile."""
+    spark = warehouse.spark
+    spark.range(0, 2, numPartitions=2).groupBy("id").applyInPandas(_same_rows, "id long").toArrow()
+    if warehouse.exists("metadata_log"):
+        controller_outputs(warehouse, settings, spread_keys(settings.shards, int(spark.conf.get(SHUFFLE_PARTITIONS))))
+        quorum_outputs(warehouse, settings.kafka_config, settings.max_records_per_batch)
+
+
+# Spark stops a Python worker that has been idle for a minute (its PythonWorkerFactory): a standby waiting for
+# hours warms up again more often than that, so that its workers are still there when it takes over.
+WARM_UP_EVERY_S = 30.0
+
+
+@contextmanager
+def keep_warm(warehouse: Warehouse, settings: ControllerSettings, every_s: float = WARM_UP_EVERY_S,
+              out: TextIO | None = None) -> Iterator[Callable[[], None]]:
+    """``warm_up`` now, then every ``every_s`` in a thread until the function given is called or the block
+    ends (either waits for a warm-up under way, so that the takeover's first micro-batch has the machine to
+    itself). A warm-up that fails stops the warming, said in one line: a takeover works without it, slower."""
+    stop = threading.Event()
+
+    def again() -> None:
+        while not stop.wait(every_s):
+            try:
+                warm_up(warehouse, settings)
+            except Exception as exc:  # py4j's and Spark's errors alike: nothing is written, nothing to undo
+                print(f"[controller] standby: warming up failed, no longer tried: {str(exc).splitlines()[0][:300]}",
+                      file=out or sys.stderr, flush=True)
+                return
+
+    def stopped() -> None:
+        stop.set()
+        thread.join()
+
+    warm_up(warehouse, settings)
+    thread = threading.Thread(target=again, name="kraftlake-warm-up", daemon=True)
+    thread.start()
+    try:
+        yield stopped
+    finally:
+        stopped()
 
 
 @contextmanager
@@ -569,18 +624,32 @@ def run(warehouse: Warehouse, settings: ControllerSettings, meter: Meter | None 
         guard = BackfillGuard(warehouse, settings.checkpoint)  # refuses tables that missed a backfill
         guard.check()
         guard.save()  # before the queries write: a checkpoint always says which version its tables started from
-        query = start(warehouse, settings)
-        quorum = start_quorum(warehouse, settings.checkpoint, settings.once, settings.kafka_config,
-                              settings.max_records_per_batch, settings.trigger_interval_ms)
         meter = meter or Meter("controller", "offsets", enabled=False, out=out)
-        if started is not None and not settings.once and status_every is not None:
-            meter.emit(f"[{meter.label}] queries started {time.monotonic() - started:.1f} s after the job's start")
+        timed = started is not None and not settings.once and status_every is not None
+
+        def start_quorum_query() -> Any:
+            quorum = start_quorum(warehouse, settings.checkpoint, settings.once, settings.kafka_config,
+                                  settings.max_records_per_batch, settings.trigger_interval_ms)
+            if timed:
+                meter.emit(f"[{meter.label}] quorum query started {time.monotonic() - started:.1f} s after the "
+                           "job's start")
+            return quorum
+
+        queries = {"controller": start(warehouse, settings)}
+        # running continuously, the quorum query waits for the controller's first micro-batch (``supervise``):
+        # the two first micro-batches, each the slowest of its query, no longer share two cores, and a restart's
+        # downtime is the controller's. A replay (--once) runs both at once, as its end is what counts.
+        if settings.once:
+            queries["quorum"] = start_quorum_query()
+        if timed:
+            meter.emit(f"[{meter.label}] controller query started {time.monotonic() - started:.1f} s after the job's "
+                       "start; the quorum query starts after its first micro-batch")
         progress = LogProgress(MetadataLogEnd(warehouse), meter, settings.once, status_every)
         with serving(settings.metrics_address, out) as server:
             watch = progress if server is None else ControllerMetrics(progress, warehouse, settings.kafka_config,
                                                                       server)
-            finished = supervise({"controller": query, "quorum": quorum}, settings.once, settings.checkpoint,
-                                 watch, out, held, guard.check)
+            finished = supervise(queries, settings.once, settings.checkpoint, watch, out, held, guard.check,
+                                 {} if settings.once else {"quorum": start_quorum_query})
         try:
             guard.save()
         except OSError:

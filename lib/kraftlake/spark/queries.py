@@ -309,13 +309,20 @@ def failure_message(name: str, error: str, checkpoint: str) -> str:
 
 def supervise(queries: Mapping[str, Any], once: bool, checkpoint: str,
               on_progress: Callable[[dict | None], None] | None = None, out: TextIO | None = None,
-              lease: Lease | None = None, guard: Callable[[], None] | None = None) -> bool:
+              lease: Lease | None = None, guard: Callable[[], None] | None = None,
+              deferred: Mapping[str, Callable[[], Any]] | None = None) -> bool:
     """Wait for the queries until they end (``once``) or forever; False if stopped by a signal. One failed
     query stops the others and raises, saying why (see ``failure_message``; ``checkpoint`` is the folder
     holding every query's checkpoint); so does losing ``lease`` (another process took the warehouse over:
     writing on would race it), and so does ``guard`` raising (checked about once a second, and once more at
     the end: ``BackfillGuard.check``). ``on_progress`` sees the first query's ``lastProgress`` about once a second
     (``LogProgress`` turns it into progress and status lines).
+
+    ``deferred``: queries started (each by its function) once the first query has finished its first trigger,
+    running continuously: a first micro-batch shares the machine with nothing else, since the first trigger
+    of a query is its slowest (its source's Python process, its workers, its state stores) and is what a
+    restart waits for. A continuous query that ends without an error (stopped by whoever started it) stops
+    the others.
 
     SIGINT and SIGTERM only set a flag that the loop checks every second before it stops the queries: the
     driver's main thread is usually inside a py4j call when they arrive, and stopping a query from the
@@ -327,6 +334,8 @@ def supervise(queries: Mapping[str, Any], once: bool, checkpoint: str,
     from pyspark.errors import StreamingQueryException
 
     out = out or sys.stderr
+    queries = dict(queries)
+    pending = dict(deferred or {})
     main_name, main = next(iter(queries.items()))
     stop_requested: list[int] = []
     previous = {}
@@ -345,7 +354,10 @@ def supervise(queries: Mapping[str, Any], once: bool, checkpoint: str,
                 raise RuntimeError(f"stopped: {lease.lost}")
             _guarded(queries, guard)
             if not once and not all(q.isActive for q in queries.values()):
-                break  # one query failed: stop the others and report
+                break  # one query failed or was stopped: stop the others (and report a failure)
+            if pending and main.lastProgress is not None:
+                queries.update((name, begin()) for name, begin in pending.items())
+                pending.clear()
             if on_progress is not None:
                 on_progress(main.lastProgress)
         if stop_requested:
@@ -359,6 +371,9 @@ def supervise(queries: Mapping[str, Any], once: bool, checkpoint: str,
                 for other in queries.values():
                     other.stop()
                 raise RuntimeError(failure_message(name, str(q.exception()), checkpoint))
+        if not once:
+            for q in queries.values():
+                q.stop()
         _guarded(queries, guard)
         return True
     finally:
