@@ -493,9 +493,11 @@ def test_a_jvm_killed_under_its_driver_is_said_in_one_line_once_the_driver_is_go
         os.kill(jvm[0], signal.SIGKILL)
         assert launcher.wait(60) == 128 + signal.SIGKILL
         assert not still_running(set(driver))  # the launcher waited for it
+        said = (f"ingest: Spark's JVM (pid {jvm[0]}) is gone (killed, or crashed: see its last messages above); "
+                "start again to continue\n")
+        # the stderr FIFO's reader passes the driver's last line on after the driver has ended
+        assert wait_for(lambda: log.read_text().endswith(said), 30), log.read_text()[-3000:]
         text = log.read_text()
-        assert text.endswith(f"ingest: Spark's JVM (pid {jvm[0]}) is gone (killed, or crashed: see its last messages "
-                             "above); start again to continue\n"), text[-3000:]
         assert "Traceback" not in text and "Killed" not in text, text[-3000:]
     finally:
         stop(launcher)
