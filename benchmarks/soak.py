@@ -76,8 +76,9 @@ class Controller:
     """The controller job (through ``spark-submit.sh``, as an operator starts it) in its own process group,
     started again after each kill; ``crashes`` counts the times it ended without being killed.
 
-    With a ``standby_checkpoint`` (the controller's), a second process (``jobs/controller.py --standby``) waits for the lease beside it, and a
-    kill leaves the standby to take over instead of starting a new process; a new standby is started once
+    With a ``standby_checkpoint`` (the controller's), a second process (``jobs/controller.py --standby``)
+    waits for the lease beside it, and a kill leaves the standby to take over instead of starting a new
+    process; a new standby is started once
     the one that took over has committed (``tend_standby``), so that its start does not compete with the
     takeover for the cores. Every process writes into ``log_path``, after a line saying what started, and
     each kill is marked there too (``restart_times`` reads them)."""
