@@ -91,7 +91,7 @@ class Controller:
         self.lock = threading.Lock()
         self.starts: list[float] = []  # the processes started (monotonic), standbys included
         self.lives: list[float] = []  # when each active controller began: its start, or the kill it took over at
-        self.kills: list[float] = []
+        self.kills = 0
         self.crashes: list[int] = []  # their exit codes
         self.standby_due: tuple[int, float] | None = None  # (last batch committed at the takeover, when)
 
@@ -131,8 +131,8 @@ class Controller:
         standby, that one takes over (no process is started)."""
         assert self.process is not None
         _kill_tree(self.process)
-        self.kills.append(time.monotonic())
-        self._mark("kill", len(self.kills))
+        self.kills += 1
+        self._mark("kill", self.kills)
         if self.standby is not None:
             self._take_over()
 
@@ -444,7 +444,7 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
         "fed_events_per_s": round(written.requests / fed_s), "events_in_log": events,
         "by_type": dict(sorted(written.by_type.items())),
         "driver_memory": args.soak_driver_memory, "max_records_per_batch": args.soak_batch,
-        "standby": args.soak_standby, "controller_starts": len(controller.starts), "kills": len(controller.kills),
+        "standby": args.soak_standby, "controller_starts": len(controller.starts), "kills": controller.kills,
         "crashes": controller.crashes,
         "drained": drained, "drain_s": round(drain_s, 1), "last_exit_code": exit_code,
         "restart_s": restart_times(controller.log_path, checkpoint, "kill" if args.soak_standby else "start"),

@@ -14,7 +14,7 @@ from kraftlake.codec import read_partition_dir
 from kraftlake.metadata.config import ConfigError, load_config
 from kraftlake.metadata.progress import TERMINAL_ENV, Meter, duration, wanted
 from kraftlake.spark import controller_query
-from kraftlake.spark.queries import LogProgress, MetadataLogEnd, source_offset
+from kraftlake.spark.queries import ControllerMetrics, LogProgress, MetadataLogEnd, source_offset
 from kraftlake.storage import Warehouse
 from kraftlake.storage.deltars import DeltaRsTables
 from kraftlake.storage.ingest import ingest_source
@@ -136,11 +136,12 @@ class FakeLog:
         return self.times.get(offset)
 
 
-def _progress(batch: int, start: int | None, end: int, rows: int) -> dict:
+def _progress(batch: int, start: int | None, end: int, rows: int, at: str = "2026-11-26T19:56:00.000Z") -> dict:
+    """A query's progress report as pyspark gives it (``at``: its trigger's start)."""
     def offset(value):
         return None if value is None else f'{{"offset":{value}}}'
 
-    return {"batchId": batch, "numInputRows": rows,
+    return {"batchId": batch, "numInputRows": rows, "timestamp": at,
             "sources": [{"startOffset": offset(start), "endOffset": offset(end)}]}
 
 
@@ -182,6 +183,52 @@ def test_the_continuous_controller_says_how_far_behind_the_log_end_it_is():
         "batch 0)",
         "[controller] up to date at offset 499 (batch 0)",
     ]
+
+
+def test_a_batch_reported_under_the_id_of_the_idle_report_before_it_is_seen():
+    """Seen on a standby that took over an idle controller: Spark's idle report names the batch not run yet
+    (1), and when a record arrives, batch 1's own report has the same id. The status line must follow the
+    second report at once, not 10 s later with the next idle one."""
+    clock, out = Clock(), io.StringIO()
+    log = FakeLog(3_071, {3_071: 1_000, 3_072: 2_000})
+    progress = LogProgress(log, Meter("controller", "offsets", enabled=False, out=out, clock=clock), once=False,
+                           status_every=2, clock=clock)
+    progress(_progress(1, 3_071, 3_071, 0, at="2026-11-26T19:56:13.000Z"))  # idle: batch 0 was the last run
+    log.end = 3_072
+    clock.now += 2
+    progress(_progress(1, 3_071, 3_071, 0, at="2026-11-26T19:56:13.000Z"))
+    clock.now += 2
+    progress(_progress(1, 3_071, 3_072, 1, at="2026-11-26T19:56:23.000Z"))  # batch 1 ran: the record done
+    assert out.getvalue().splitlines() == [
+        "[controller] up to date at offset 3,071 (batch 1)",
+        "[controller] 1 offsets, 1.0 s of event time behind the log's end (offset 3,072; done through 3,071, "
+        "batch 1)",
+        "[controller] up to date at offset 3,072 (batch 1)",
+    ]
+
+
+def test_the_metrics_name_the_last_batch_that_ran_not_an_idle_report(tmp_path):
+    """An idle report's id is the batch not run yet and its duration the idle trigger's (milliseconds): the
+    gauges of the last micro-batch come from reports of batches that read rows."""
+    published: list[dict] = []
+
+    class Server:
+        def publish(self, gauges):
+            published.append({g.name: g.value for g in gauges})
+
+    clock = Clock()
+    log = FakeLog(3_072, {})
+    progress = LogProgress(log, Meter("controller", "offsets", enabled=False, clock=clock), once=False,
+                           status_every=None, clock=clock)
+    metrics = ControllerMetrics(progress, DeltaRsTables(str(tmp_path / "w")), {}, Server())
+    batch = {**_progress(1, 3_071, 3_072, 1, at="2026-11-26T19:56:23.000Z"), "durationMs": {"triggerExecution": 2_500}}
+    idle = {**_progress(2, 3_072, 3_072, 0, at="2026-11-26T19:56:33.000Z"), "durationMs": {"triggerExecution": 3}}
+    metrics(batch)
+    metrics(idle)
+    last = published[-1]
+    assert last["kraftlake_controller_last_batch_id"] == 1
+    assert last["kraftlake_controller_batch_duration_seconds"] == 2.5
+    assert last["kraftlake_controller_replayed_offset"] == 3_072 and last["kraftlake_controller_lag_offsets"] == 0
 
 
 def test_a_log_that_begins_at_a_snapshot_is_counted_from_its_first_offset():

@@ -419,6 +419,21 @@ def source_offset(progress: Mapping[str, Any], key: str = "endOffset") -> int | 
     return value.get("offset") if isinstance(value, dict) and isinstance(value.get("offset"), int) else None
 
 
+def progress_key(progress: Mapping[str, Any]) -> tuple[Any, Any]:
+    """What tells one progress report from the next. Not the batch id alone: an idle query reports every
+    ``spark.sql.streaming.noDataProgressEventInterval`` under the id of the batch it has not run yet, and
+    that batch's own report, once it ran, carries the same id (a controller up to date, then one record
+    arriving: taken for the idle report seen before, that record's batch went unseen until the next idle
+    report, 10 s later). The trigger's start time differs."""
+    return progress["batchId"], progress.get("timestamp")
+
+
+def ran(progress: Mapping[str, Any]) -> bool:
+    """Whether a progress report is of a micro-batch that ran (read rows and committed), not an idle report:
+    only the former's id, duration and tables are the last batch's."""
+    return bool(progress.get("numInputRows"))
+
+
 class MetadataLogEnd:
     """Where ``metadata_log`` ends now and the event time of an offset in it: file statistics for the end,
     one pruned row read for a time, so a status line every few seconds costs nothing that matters."""
@@ -465,15 +480,18 @@ class LogProgress:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.log, self.meter, self.once, self.status_every, self.clock = log, meter, once, status_every, clock
         self.batch: int | None = None
+        self.seen: tuple[Any, Any] | None = None  # the last report taken (``progress_key``)
         self.done = 0
         self.first = 0  # the log's first offset, from which the meter counts
         self.last_status: float | None = None
         self.last_line: str | None = None
 
     def __call__(self, progress: Mapping[str, Any] | None) -> None:
-        if progress and progress["batchId"] != self.batch:
-            first = self.batch is None
-            self.batch = progress["batchId"]
+        if progress and progress_key(progress) != self.seen:
+            first = self.seen is None
+            self.seen = progress_key(progress)
+            if first or ran(progress):  # an idle report names the batch that has not run yet
+                self.batch = progress["batchId"]
             end = source_offset(progress)
             self.done = end + 1 if end is not None else self.done + progress["numInputRows"]
             if first:  # where this run started: a restart is not work done by this run
@@ -524,6 +542,7 @@ class ControllerMetrics:
     def __init__(self, progress: LogProgress, tables: DeltaRsTables, kafka_config: Mapping[str, str],
                  server: MetricsServer) -> None:
         self.progress, self.tables, self.kafka_config, self.server = progress, tables, kafka_config, server
+        self.seen: tuple[Any, Any] | None = None
         self.batch: int | None = None
         self.cluster: list[Gauge] = cluster_gauges(tables, kafka_config)
         self.duration_s: float | None = None
@@ -531,11 +550,13 @@ class ControllerMetrics:
 
     def __call__(self, last: Mapping[str, Any] | None) -> None:
         self.progress(last)
-        if last and last["batchId"] != self.batch:
-            self.batch = last["batchId"]
-            self.duration_s = last.get("durationMs", {}).get("triggerExecution", 0) / 1000
-            self.cluster = cluster_gauges(self.tables, self.kafka_config)
-        if self.batch is None:
+        if last and progress_key(last) != self.seen:
+            self.seen = progress_key(last)
+            if ran(last):
+                self.batch = last["batchId"]
+                self.duration_s = last.get("durationMs", {}).get("triggerExecution", 0) / 1000
+                self.cluster = cluster_gauges(self.tables, self.kafka_config)
+        if self.seen is None:
             return
         end = self.progress.log.end_offset()
         behind, seconds = self.progress.lag(end)
