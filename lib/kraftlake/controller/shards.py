@@ -346,7 +346,11 @@ class _Step:
             if calm is None:
                 calm = self.calm = self.calm_until()
             if event["timestamp"] >= calm:
-                return i
+                # ``quiet`` may be a bound from earlier contacts: found again, it is usually much later
+                self.quiet = None
+                calm = self.calm = self.calm_until()
+                if event["timestamp"] >= calm:
+                    return i
             state.last_offset = event["offset"]
             if not (self.steady(event) if kind == "BrokerHeartbeatRequest" else self.elsewhere(event)):
                 self.calm = None
