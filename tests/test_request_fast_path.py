@@ -133,7 +133,8 @@ def hard_log(seed: int) -> list[dict]:
     return events
 
 
-def replayed(events: list[dict], shards: int, cuts: list[int], fast: bool) -> tuple[dict, list[bytes]]:
+def replayed(events: list[dict], shards: int, cuts: list[int], fast: bool, config: dict = CONFIG
+             ) -> tuple[dict, list[bytes]]:
     """Tables and shard states after the shards' steps over the log cut into micro-batches at ``cuts``."""
     states = [ShardState(ClusterImage()) for _ in range(shards)]
     tables: dict = {}
@@ -143,8 +144,8 @@ def replayed(events: list[dict], shards: int, cuts: list[int], fast: bool) -> tu
             for shard in routes(event, shards):
                 per_shard[shard].append(event)
         outputs = [o for shard in range(shards)
-                   for o in step(shard, shards, states[shard], per_shard[shard], CONFIG, fast=fast)]
-        apply_outputs(tables, outputs)
+                   for o in step(shard, shards, states[shard], per_shard[shard], config, fast=fast)]
+        apply_outputs(tables, outputs, config)
     return tables, [s.to_bytes() for s in states]
 
 
@@ -230,3 +231,77 @@ def test_a_config_changed_within_a_step_is_read_by_the_decisions_after_it(logs):
         assert rows(whole[name]) == rows(single[name]), name
     assert whole_states == single_states
     assert _unclean_elections([r for r in whole["partition_history"] if r["applied_offset"] > half])
+
+
+
+# Anomaly thresholds short enough that reassignments get stuck and brokers flap between heartbeats: the
+# event times at which a tick has work (``Anomalies.idle_until``) fall inside runs of fast-path requests.
+SHORT_THRESHOLDS = {**CONFIG, "kraftlake.anomaly.reassignment.stuck.ms": "4000",
+                    "kraftlake.anomaly.broker.flapping.unfencings": "1",
+                    "kraftlake.anomaly.broker.flapping.window.ms": "30000"}
+
+
+@pytest.mark.parametrize("shards_, cuts", [(2, 0), (3, 9)])
+def test_calm_runs_decide_as_the_plain_path_when_thresholds_fall_due_between_heartbeats(logs, shards_, cuts):
+    """The calm loop (``_Step.calm_requests``) skips the tick while no threshold can fall due; with short
+    thresholds they fall due between heartbeats, and the anomalies they open must be the plain path's."""
+    events = logs[5]
+    at = sorted(random.Random(cuts).sample(range(1, len(events)), cuts))
+    plain, plain_states = replayed(events, shards_, at, fast=False, config=SHORT_THRESHOLDS)
+    fast, fast_states = replayed(events, shards_, at, fast=True, config=SHORT_THRESHOLDS)
+    assert sorted(fast) == sorted(plain)
+    for name in plain:
+        assert rows(fast[name]) == rows(plain[name]), name
+    assert fast_states == plain_states
+    kinds = {r["kind"] for r in plain["anomalies"].values()}
+    assert {"stuck_reassignment", "broker_flapping"} <= kinds, kinds
+
+
+def test_the_calm_loop_takes_most_requests_and_finds_a_stale_quiet_bound_again(logs, monkeypatch):
+    """The comparisons above cover the calm loop only if it runs: it takes most heartbeats and
+    AlterPartitions of the logs; and when event time passes the sessions' bound found earlier
+    (``quiet_until``), it finds the bound again instead of leaving the heartbeat to the full path."""
+    taken, decided = [], []
+    calm_requests, request = shards._Step.calm_requests, shards._Step.request
+
+    def counting(self, events, i):
+        end = calm_requests(self, events, i)
+        taken.append(end - i)
+        return end
+
+    def deciding(self, event):
+        if event["type"] == "BrokerHeartbeatRequest":
+            decided.append(event["offset"])
+        request(self, event)
+
+    monkeypatch.setattr(shards._Step, "calm_requests", counting)
+    monkeypatch.setattr(shards._Step, "request", deciding)
+    events = logs[3]
+    replayed(events, 2, [], fast=True)
+    fast_path_types = sum(1 for e in events if e["type"] in ("BrokerHeartbeatRequest", "AlterPartitionRequest"))
+    assert sum(taken) > fast_path_types  # both shards: more than half of them
+    # 212 heartbeats decided in full by the two shards (of 2 × 1,339); 274 when the bound was not found again
+    assert len(decided) < 240, len(decided)
+
+
+def soak_log(count: int, seed: int) -> list[dict]:
+    """The soak's traffic (``benchmarks.core.simulated_requests``: the simulator's default mix, nine in ten
+    requests heartbeats) of a small cluster, as ingest hands it on."""
+    sim = ClusterSimulator(SimulationOptions(seed=seed, brokers=8, topics=12, partitions_per_topic=10), {})
+    return [{**validate_event(e), "offset": i, "source": "soak", "position": i + 1}
+            for i, e in enumerate(sim.events(count))]
+
+
+@pytest.mark.parametrize("chunk", [997, 5000])
+def test_the_soak_mix_in_four_shards_decides_as_the_plain_path(chunk):
+    """The workload the calm loop is for, at the shape ``benchmarks/core.py:core_replay_chunked`` runs it:
+    four shards, micro-batches of ``chunk`` requests, the Kafka defaults."""
+    events = soak_log(5000, 11)
+    cuts = list(range(chunk, len(events), chunk))
+    plain, plain_states = replayed(events, 4, cuts, fast=False, config={})
+    fast, fast_states = replayed(events, 4, cuts, fast=True, config={})
+    assert sorted(fast) == sorted(plain)
+    for name in plain:
+        assert rows(fast[name]) == rows(plain[name]), name
+    assert fast_states == plain_states
+    assert len(plain["responses"]) == len(events)

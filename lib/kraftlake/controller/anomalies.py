@@ -38,6 +38,8 @@ STUCK_MS = "kraftlake.anomaly.reassignment.stuck.ms"
 FLAPPING_UNFENCINGS = "kraftlake.anomaly.broker.flapping.unfencings"
 FLAPPING_WINDOW_MS = "kraftlake.anomaly.broker.flapping.window.ms"
 MIN_ISR = "min.insync.replicas"
+# event-time bounds (``Anomalies.idle_until``): before every time, after every time
+NEVER, FOREVER = -(1 << 63), (1 << 63) - 1
 
 
 class Seen(NamedTuple):
@@ -220,6 +222,21 @@ class Anomalies:
                 self._close(FLAPPING, f"broker {broker}", offset, timestamp,
                             f"{spoken_duration(window)} without an unfencing")
         self._last_unfenced = None
+
+    def idle_until(self) -> int:
+        """The event time before which ``tick`` changes nothing, for as long as only ticks come: no
+        reassignment's threshold, no flapping window ends before it, and the counts were reported
+        (``NEVER``: the next tick has work)."""
+        if not self.counted:
+            return NEVER
+        bound = FOREVER
+        if self._due:
+            bound = self._due[0][0] + self.thresholds.stuck_ms
+        if self.unfencings:
+            if self._last_unfenced is None:
+                self._last_unfenced = min(recent[-1][1] for recent in self.unfencings.values())
+            bound = min(bound, self._last_unfenced + self.thresholds.flapping_window_ms)
+        return bound
 
     def _stuck(self, entity: str, start: int, offset: int, timestamp: int) -> None:
         pending = self.reassigning.get(entity)
