@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -329,14 +330,29 @@ def table_multisets(tables: DeltaRsTables) -> dict[str, Multiset]:
 
 # --- the run ---------------------------------------------------------------------------------------------
 
-def slope(points: list[tuple[float, float]]) -> float | None:
-    """Least-squares slope of y over x; None with fewer than three points."""
+def slope(points: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """Least-squares slope of y over x and its noise band: two standard errors of the slope, so that a
+    memory trend is called growth only when the slope less its band is above zero (samples scatter with
+    garbage collection and each micro-batch's buffers). None with fewer than three points."""
     if len(points) < 3:
         return None
     n = len(points)
     mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
     sxx = sum((x - mx) ** 2 for x, _ in points)
-    return None if sxx == 0 else round(sum((x - mx) * (y - my) for x, y in points) / sxx, 2)
+    if sxx == 0:
+        return None
+    b = sum((x - mx) * (y - my) for x, y in points) / sxx
+    residuals = sum((y - my - b * (x - mx)) ** 2 for x, y in points)
+    return round(b, 2), round(2 * math.sqrt(residuals / (n - 2) / sxx), 2)
+
+
+def trend(points: list[tuple[float, float]], unit: str) -> dict:
+    """``slope``'s figures under the report's names (``unit``: what y grows by, per what x is)."""
+    fitted = slope(points)
+    if fitted is None:
+        return {f"slope_{unit}": None, f"noise_band_{unit}": None, "grows": None}
+    value, band = fitted
+    return {f"slope_{unit}": value, f"noise_band_{unit}": band, "grows": value - band > 0}
 
 
 def measure_soak(config: Any, work: Path, args: Any) -> dict:
@@ -433,8 +449,8 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
         steady = [(s["t"] / 60, s[role] / 1e6) for s in samples if s["t"] - (controller.lives[s["life"] - 1] - began) >= 20]
         peaks = [max(s[role] for s in samples if s["life"] == life) / 1e6 for life in lives]
         memory[role] = {"peak_mb_per_life": [round(p) for p in peaks],
-                        "slope_of_peaks_mb_per_life": slope(list(enumerate(peaks))),
-                        "slope_within_lives_mb_per_min": slope(steady),
+                        "peaks": trend(list(enumerate(peaks)), "mb_per_life"),
+                        "within_lives": trend(steady, "mb_per_min"),
                         "max_mb": round(max(peaks, default=0))}
     report = {
         "minutes": args.soak_minutes, "rate_events_per_s": rate, "kill_every_s": kill_every,
@@ -457,7 +473,7 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
     }
     log(f"soak: {events:,} events, {report['kills']} kills, tables equal to one replay: "
         f"{report['tables_equal_one_shot_replay']} ({report['rows_compared']:,} rows), memory "
-        + ", ".join(f"{role} peak {m['max_mb']} MB ({m['slope_within_lives_mb_per_min']} MB/min)"
+        + ", ".join(f"{role} peak {m['max_mb']} MB ({m['within_lives']['slope_mb_per_min']} ± {m['within_lives']['noise_band_mb_per_min']} MB/min)"
                     for role, m in memory.items()))
     return report
 

@@ -16,7 +16,7 @@ import pytest
 from benchmarks import stats, suite
 from benchmarks.memory import job_root, roles_of
 from benchmarks.scale_out import split_of
-from benchmarks.soak import restart_times
+from benchmarks.soak import restart_times, trend
 
 
 def test_slopes_and_percentiles():
@@ -69,6 +69,20 @@ def test_generated_cluster_partitions_must_be_whole_topics(argv, capsys):
     assert exit_.value.code == 2
     said = capsys.readouterr().err.splitlines()[-1]
     assert f"{argv[1]} must be a positive multiple of 1,000" in said and said.endswith(f"not {argv[2]}")
+
+
+def test_a_memory_trend_is_growth_only_beyond_its_noise_band():
+    """Worked by hand: a straight line has no band; samples that swing ±1 about a flat line have a slope of
+    -0.4 per step with a band of 2 standard errors, 2·sqrt(3.2 / 2 / 5) = 1.13, so neither growth nor
+    shrinkage is told."""
+    assert trend([(0, 0), (1, 2), (2, 4)], "mb_per_min") == {"slope_mb_per_min": 2.0, "noise_band_mb_per_min": 0.0,
+                                                             "grows": True}
+    assert trend([(0, 1), (1, -1), (2, 1), (3, -1)], "mb_per_life") == {
+        "slope_mb_per_life": -0.4, "noise_band_mb_per_life": 1.13, "grows": False}
+    # a clear rise through the same swings
+    assert trend([(x, 10 * x + (1 if x % 2 else -1)) for x in range(8)], "mb_per_min")["grows"] is True
+    assert trend([(0, 1), (1, 2)], "mb_per_min") == {"slope_mb_per_min": None, "noise_band_mb_per_min": None,
+                                                     "grows": None}
 
 
 def test_restart_times_from_the_soak_s_start_lines_and_the_checkpoint_s_commit_files(tmp_path):
