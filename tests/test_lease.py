@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -304,6 +305,7 @@ def test_a_standby_stopped_while_waiting_exits_130_and_writes_nothing(spark: Spa
     with holder_process(tmp_path, TTL_MS, renew=False) as holder:
         state, _ = Lease(str(tmp_path), "controller", TTL_MS).look()
         files = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
+        scratch = set(Path(tempfile.gettempdir()).glob("kraftlake-warm-up-*"))
 
         def stop_when_waiting() -> None:
             assert wait_for(lambda: "standby: waiting" in err.getvalue(), 120)
@@ -320,8 +322,11 @@ def test_a_standby_stopped_while_waiting_exits_130_and_writes_nothing(spark: Spa
         assert "controller: stopped (SIGTERM)" in err.getvalue() and "Traceback" not in err.getvalue()
         assert not [t for t in threading.enumerate() if t.name == "kraftlake-warm-up"]
         assert Lease(str(tmp_path), "controller", TTL_MS).look()[0] == state
-        # its warm-up (a Spark job, both queries' plans over metadata_log) before it waited wrote no file either
+        # its warm-up (a Spark job, both queries' plans over metadata_log, the controller query over a copy of the
+        # log's head in a scratch warehouse) before it waited wrote no file either, and left no scratch behind
         assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == files
+        assert "warm-up query failed" not in err.getvalue()
+        assert set(Path(tempfile.gettempdir()).glob("kraftlake-warm-up-*")) == scratch
 
 
 @pytest.mark.parametrize("other", ["--once", "--reset"])
