@@ -280,3 +280,34 @@ def test_a_bounded_stream_of_the_log_ends_its_micro_batches_with_whole_record_ba
     warehouse.append("metadata_log", rows, rows.schema)
     batches = run_available_now(warehouse.read_stream("metadata_log", max_records_per_batch=3), tmp_path / "checkpoint")
     assert [offsets for _, offsets in batches] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9, 10, 11, 12], [13, 14, 15]]
+
+
+def test_a_stopped_stream_reader_leaves_the_jvm_s_hang_up_unsaid(monkeypatch, capsys):
+    """Spark's source runner calls the reader's ``stop`` when the JVM ends the query, then reports the
+    socket's end over the closed socket: that BrokenPipeError (raised while handling the EOFError) escaped
+    as a traceback on the controller's stderr after 'stopping'. Any other error is still printed."""
+    import sys
+
+    from kraftlake.storage.datasource import _ChangeStreamReader, _StreamReader
+
+    printed: list[type] = []
+    monkeypatch.setattr(sys, "excepthook", lambda kind, error, trace: printed.append(kind))
+    for reader in (_StreamReader, _ChangeStreamReader):
+        reader.stop(object.__new__(reader))
+
+        def escaped(error: BaseException, during: BaseException | None = None) -> None:
+            try:
+                try:
+                    raise during or error
+                except BaseException:
+                    if during is None:
+                        raise
+                    raise error
+            except BaseException as raised:  # noqa: BLE001 (handed to the hook as the interpreter would)
+                sys.excepthook(type(raised), raised, raised.__traceback__)
+
+        escaped(BrokenPipeError(32, "Broken pipe"), during=EOFError())
+        escaped(ConnectionResetError(104, "Connection reset by peer"))
+        escaped(ValueError("a bug"), during=KeyError("x"))
+        escaped(RuntimeError("another"))
+    assert printed == [ValueError, RuntimeError, ValueError, RuntimeError]

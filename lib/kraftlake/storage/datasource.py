@@ -21,6 +21,7 @@ the same rows whenever it is run again, and a stream restarted from its checkpoi
 from __future__ import annotations
 
 import json
+import sys
 import weakref
 from datetime import datetime, timezone
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -158,7 +159,34 @@ class _BatchReader(DataSourceReader):
         return _to_spark_batches(scanner.to_batches(), self.schema)
 
 
-class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+def _hung_up(error: BaseException | None) -> bool:
+    """Whether ``error`` (or one it was raised while handling) is the JVM's end of a socket closing."""
+    while error is not None:
+        if isinstance(error, (EOFError, ConnectionError)):
+            return True
+        error = error.__context__
+    return False
+
+
+class _QuietStop:
+    """A stream reader's ``stop``, run by Spark's source runner (a Python process per query) when the JVM
+    ends the query: the JVM closes the runner's socket, the runner's read ends (EOFError), and its report
+    of that to the JVM fails on the closed socket (BrokenPipeError) and escapes as a traceback on the
+    job's stderr, after the job said it is stopping; on SIGTERM (every query stopped) about one stop in
+    two printed one. From ``stop`` on, an error that is the socket's end is left unsaid; any other is
+    printed as before."""
+
+    def stop(self) -> None:
+        said = sys.excepthook
+
+        def unless_hung_up(kind: type[BaseException], error: BaseException, trace: object) -> None:
+            if not _hung_up(error):
+                said(kind, error, trace)
+
+        sys.excepthook = unless_hung_up
+
+
+class _StreamReader(_QuietStop, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets are ``{"offset": last_included}``; a micro-batch is offset in (start, end].
 
     The reader object lives in a Python worker on the driver for the whole query, so the
@@ -364,7 +392,7 @@ class _ChangeBatchReader(_ChangeReader, DataSourceReader):
         return super().read(partition)
 
 
-class _ChangeStreamReader(_ChangeReader, DataSourceStreamReader, SupportsTriggerAvailableNow):
+class _ChangeStreamReader(_QuietStop, _ChangeReader, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets are ``{"version": last included, "table": the table's id}``; a micro-batch is the change data
     of versions (start, end].
 
