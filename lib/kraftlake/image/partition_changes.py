@@ -127,13 +127,14 @@ class Shaped:
         """The records as dicts, made once: equal to the templates' with each record's TopicId and PartitionId."""
         if self._made is None:
             versions = [t["version"] for t in self.templates]
-            with collector_paused():
+            with _collector_paused():
                 self._made = [{"type": "PartitionChangeRecord", "version": versions[s], "data": data}
                               for s, data in zip(self.shape.tolist(), self.data(np.arange(len(self))))]
         return self._made
 
     def data(self, index: np.ndarray) -> list[dict]:
-        """The ``data`` of records ``index``, new dicts (a template's lists shared, as a record's copy shares them)."""
+        """The ``data`` of records ``index``: the made records' once ``records`` made them, else new dicts
+        (sharing their template's lists, as a copy of a record's data would)."""
         if self._made is not None:
             return [self._made[i]["data"] for i in index.tolist()]
         datas, ids = [t["data"] for t in self.templates], self.topic_ids
@@ -174,7 +175,7 @@ class Shaped:
 
 
 @contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
+def _collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off while a record is made per partition, and what was allocated
     meanwhile put straight into the oldest generation on the way out.
 
