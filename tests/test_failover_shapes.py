@@ -6,6 +6,7 @@ after creating, changing and deleting topics, and after the image went through i
 from __future__ import annotations
 
 import random
+from typing import Callable
 
 import numpy as np
 from hypothesis import given, settings
@@ -61,9 +62,10 @@ def _partition(rng: random.Random, factor: int) -> dict:
             "Directories": [rng.choice(DIRS) for _ in replicas] if rng.random() < 0.7 else []}
 
 
-def random_cluster(rng: random.Random) -> Cluster:
+def random_cluster(rng: random.Random, make: Callable[[int | None], Cluster] = Cluster) -> Cluster:
+    """``make``: the cluster for a metadata.version (say, one that keeps the records it replays)."""
     mv = rng.choice([None, 7, 14, 19, 23, 25])
-    c = Cluster(mv)
+    c = make(mv)
     if mv is None or mv >= 23:
         c.apply([record("FeatureLevelRecord", {"Name": "eligible.leader.replicas.version",
                                                "FeatureLevel": rng.choice([0, 1, 1])})])

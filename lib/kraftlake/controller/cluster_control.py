@@ -25,7 +25,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from kraftlake.controller.decisions import Context, Decision, error_code, record, response
+from kraftlake.controller.decisions import Context, Decision, Records, error_code, record, response
 from kraftlake.controller.elections import (MV_DIRECTORIES, change_partition, eligible_replicas, elr_enabled,
     elr_policy, metadata_version, supports)
 from kraftlake.controller.replication import broker_failover, topic_election
@@ -107,7 +107,7 @@ def take_over(image: ClusterImage, state: ControllerState, now_ms: int) -> None:
     state.balance_due_ms = None  # the first imbalance check comes one interval into the term
 
 
-def expire_sessions(image: ClusterImage, state: ControllerState, ctx: Context) -> list[dict]:
+def expire_sessions(image: ClusterImage, state: ControllerState, ctx: Context) -> list[dict] | Records:
     """Fence every unfenced broker not heard from for ``broker.session.timeout.ms`` of event time.
 
     A session expires once strictly more than the timeout has passed (Kafka's
@@ -123,11 +123,11 @@ def expire_sessions(image: ClusterImage, state: ControllerState, ctx: Context) -
         session = _session(state, broker, ctx.now_ms)
         if session.contact_ms is not None and _expired(session, timeout, ctx.now_ms):
             stale.append((session.contact_ms, broker.id))
-    records: list[dict] = []
+    records: list[dict] | Records = []
     current = image
     for n, (_, broker_id) in enumerate(sorted(stale)):
         fencing = _fence(current, current.brokers[broker_id], ctx)
-        records += fencing
+        records = records + fencing  # (not +=, which would make a failover's records dicts: ``Records``)
         state.sessions[broker_id].shutdown_offset = -1
         if n + 1 < len(stale):
             current = _with(current, fencing, ctx)

@@ -10,17 +10,16 @@ the shards' responses keeps one of each.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 from typing import Callable, Iterator, Mapping
 
 import numpy as np
 
-from kraftlake.controller.decisions import Context, Decision, error_code, response
+from kraftlake.controller.decisions import Context, Decision, Records, error_code, response
 from kraftlake.controller.elections import (Eligible, Election, change_partition, eligible_replicas, elr_policy,
     metadata_version, unclean_election_enabled)
 from kraftlake.image.cluster_image import NO_LEADER, ClusterImage, PartitionRegistration, TopicImage, normalize_uuid
+from kraftlake.image.partition_changes import Shaped
 from kraftlake.image.partitions import merge
 from kraftlake.metadata.errors import DEFAULT_MESSAGES
 from kraftlake.metadata.schemas import StructSpec, registry
@@ -53,7 +52,7 @@ def topic_election(image: ClusterImage, topic_name: str, ctx: Context) -> Electi
 
 def broker_failover(image: ClusterImage, broker_id: int, ctx: Context,
                     directories: frozenset[str] | None = None, *, also_elr: bool = False,
-                    unclean_shutdown: bool = False) -> list[dict]:
+                    unclean_shutdown: bool = False) -> Records:
     """The PartitionChangeRecords that take ``broker_id`` out of every ISR it is in and move its
     leaderships (Kafka's ``generateLeaderAndIsrUpdates`` for a fenced or shutting-down broker), or
     only of the partitions whose replica on it lives in one of ``directories`` (a JBOD failure).
@@ -69,7 +68,9 @@ def broker_failover(image: ClusterImage, broker_id: int, ctx: Context,
     (``PartitionStore.shapes``: the same replicas, ISR, leader, ... under the same topic policy), and
     ``change_partition`` reads nothing else but the partition's identity, which it copies into the
     record. So the partitions are found on the columns, each shape is decided once, and each partition's
-    record is its shape's with its own TopicId and PartitionId (docs/performance.md: 10^6 partitions).
+    record is its shape's with its own TopicId and PartitionId, held as columns (``partition_changes.Shaped``)
+    until someone reads it as a dict: the shard step applies them as they are (docs/performance.md: 10^6
+    partitions).
     """
     mv = metadata_version(image)
     eligible = eligible_replicas(image, excluded=(broker_id,))
@@ -83,7 +84,7 @@ def broker_failover(image: ClusterImage, broker_id: int, ctx: Context,
     ranks = rank_of[store.cols["topic"][rows]]
     rows, ranks = rows[ranks >= 0], ranks[ranks >= 0]
     if not len(rows):  # (a broker a controlled shutdown or an earlier failover already took out of every ISR)
-        return []
+        return Records()
     place = (ranks << 32) | store.cols["partition_id"][rows]
     if np.any(place[1:] < place[:-1]):  # rows are not kept in topic order
         order = np.argsort(place)
@@ -108,15 +109,12 @@ def broker_failover(image: ClusterImage, broker_id: int, ctx: Context,
                                       election=election, mv=mv, unclean_shutdown=shut_down, elr=elr,
                                       min_isr=min_isr)
         templates.append(change)
-    changed = np.fromiter((t is not None for t in templates), np.bool_, len(templates))[shape]
-    shape, rows, ranks = shape[changed].tolist(), rows[changed], ranks[changed].tolist()
-    topic_ids = [t.id for t in topics]
-    versions = [None if t is None else t["version"] for t in templates]
-    datas = [None if t is None else t["data"] for t in templates]
-    with _collector_paused():
-        return [{"type": "PartitionChangeRecord", "version": versions[s],
-                 "data": dict(datas[s], TopicId=topic_ids[rank], PartitionId=partition_id)}
-                for s, rank, partition_id in zip(shape, ranks, store.cols["partition_id"][rows].tolist())]
+    decided = np.fromiter((t is not None for t in templates), np.bool_, len(templates))  # per shape
+    changed = decided[shape]
+    renumbered = np.cumsum(decided) - 1  # a changing shape's place among those kept
+    rows = rows[changed]
+    return Records([Shaped([t for t in templates if t is not None], renumbered[shape[changed]],
+                           [t.id for t in topics], ranks[changed], store.cols["partition_id"][rows], rows)])
 
 
 def _directory_of(partition: PartitionRegistration, broker_id: int) -> str | None:
@@ -124,31 +122,6 @@ def _directory_of(partition: PartitionRegistration, broker_id: int) -> str | Non
         if replica == broker_id:
             return directory
     return None
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while a decision allocates a record per partition, and what
-    was allocated meanwhile put straight into the oldest generation on the way out.
-
-    The records hold no cycles, but every few hundred thousand allocations make the collector walk
-    the whole image (hundreds of thousands of registrations): measured on 100,000 partitions, that
-    was 45% of a broker failover (docs/performance.md). Reference counting still frees everything.
-    Turned back on, the collector would first walk every record made meanwhile, as young objects (19% of
-    the failover at 10^6 partitions); in the oldest generation they are walked only by a full collection,
-    which usually comes after they are consumed and freed. (``gc.freeze`` then ``gc.unfreeze`` moves every
-    tracked object there without walking any; skipped if anything else keeps objects frozen.)
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if gc.get_freeze_count() == 0:
-            gc.freeze()
-            gc.unfreeze()
-        if enabled:
-            gc.enable()
 
 
 def balance_partition_leaders(image: ClusterImage, ctx: Context) -> list[dict]:

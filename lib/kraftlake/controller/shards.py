@@ -27,13 +27,14 @@ from kraftlake.controller.anomalies import (IMBALANCE, IMBALANCE_PERCENTAGE, MIN
                                            RECOVERING, Anomalies, Leadership, Place, Seen, Thresholds, min_insync_replicas)
 from kraftlake.controller.cluster_control import (ControllerState, decided_cause, quiet_until, session_timeout_ms,
                                                   shutting_down, stale_heartbeat, steady_heartbeat)
-from kraftlake.controller.decisions import Context, error_code, response
+from kraftlake.controller.decisions import Context, Records, error_code, response
 from kraftlake.controller.dispatch import BROKER_REQUESTS, handle_request, merge_responses
 from kraftlake.controller.replication import altered_elsewhere
 from kraftlake.image import causes, features, partition_changes
 from kraftlake.image.causes import Batch, Cause, Marks
 from kraftlake.image.cluster_image import (NO_LEADER, BrokerRegistration, ClusterImage, PartitionRegistration,
                                            normalize_uuid)
+from kraftlake.image.partition_changes import Shaped
 from kraftlake.image.partitions import registration
 from kraftlake.image.partition_store import PartitionStore
 from kraftlake.image.replay import replay
@@ -89,6 +90,15 @@ class Output(NamedTuple):
     offset: int
     seq: int  # order of rows produced by one event
     row: dict
+
+
+class Decided(NamedTuple):
+    """What a run on the columns that a request decided is explained by: the request, the batch of its
+    records that cause others, and each record's place among its records."""
+
+    request: dict
+    batch: Batch | None
+    places: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -270,8 +280,10 @@ def _canonical_order(image: ClusterImage) -> None:
 class _Step:
     """One shard over one batch of its events: replays records, decides requests, collects rows."""
 
-    def __init__(self, shard: int, shards: int, state: ShardState, config: Mapping[str, str], fast: bool = True):
+    def __init__(self, shard: int, shards: int, state: ShardState, config: Mapping[str, str], fast: bool = True,
+                 columns: bool = True):
         self.shard, self.shards, self.state, self.config, self.fast = shard, shards, state, config, fast
+        self.columns = columns  # False: a decision's records one by one too (``shaped``)
         self.image = state.image
         self.out = _Collector()
         self.names = {tid: t.name for tid, t in self.image.topics.items()}  # kept after removal, for history
@@ -559,9 +571,12 @@ class _Step:
                                                       r.partition_id), None, r, w,
                                                 "PartitionRecord" if w.offset is None else "TopicRecord", min_isr)
 
-    def _on_columns(self, changes: partition_changes.Changes, rows: np.ndarray) -> None:
+    def _on_columns(self, changes: partition_changes.Changes, rows: np.ndarray, decided: Decided | None = None
+                    ) -> None:
+        """A run applied to the columns, its rows and anomalies: records read from the log, or ``decided``
+        by a request (whose type is then their cause)."""
         applied = partition_changes.apply(self.image, changes, rows)
-        kinds, cause_offsets, brokers = self._column_causes(changes, applied)
+        kinds, cause_offsets, brokers = self._column_causes(changes, applied, rows, decided)
         store, n = self.image.store, len(changes)
         names = [self.names.get(t, "") for t in changes.topic_ids]
         cols = store.cols
@@ -571,7 +586,8 @@ class _Step:
         self.out.rows.append(Block("partition_history", rows_table(
             "partition_history", "append", offsets, self.out.seqs(n), {
                 "offset": offsets, "timestamp": changes.timestamps, "applied_offset": offsets,
-                "cause": pa.array(["PartitionChangeRecord"] * n), "change": pa.array(["change"] * n),
+                "cause": pa.array(["PartitionChangeRecord" if decided is None else decided.request["type"]] * n),
+                "change": pa.array(["change"] * n),
                 "topic": names, "topic_id": changes.topic_ids, "partition": changes.partitions,
                 "leader_before": applied.leader[0], "leader": applied.leader[1],
                 "isr_before": _lists(ints, applied.isr[0], pa.int32()), "isr": _lists(ints, applied.isr[1], pa.int32()),
@@ -588,26 +604,38 @@ class _Step:
         for topic_id, partition, offset, name in zip(changes.topic_ids, changes.partitions.tolist(),
                                                      offsets.tolist(), names):
             latest[(topic_id, partition)] = (offset, name, _FAST)
-        self._column_anomalies(changes, applied, rows, names, kinds, cause_offsets)
+        self._column_anomalies(changes, applied, rows, names, kinds, cause_offsets,
+                               None if decided is None else decided.request["type"])
 
-    def _column_causes(self, changes: partition_changes.Changes, applied: partition_changes.Applied
-                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _column_causes(self, changes: partition_changes.Changes, applied: partition_changes.Applied, rows: np.ndarray,
+                       decided: Decided | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``causes.change_causes`` of a run on the columns: kinds as codes into ``causes.COLUMN_KINDS``,
-        cause offsets and brokers (-1: none)."""
+        cause offsets and brokers (-1: none). A decision's records are placed among its records, in its batch,
+        and a change no record of it explains is named with the request's offset (``partition_cause``)."""
         n = len(changes)
+        elr = self.image.store.cols["elr"][rows]  # (simple records leave it as it was)
+        if decided is not None:
+            batches = [] if decided.batch is None else [decided.batch]
+            groups = np.full(n, 0 if batches else -1, np.int64)
+            kinds, offsets, brokers = causes.change_causes(decided.places, groups, batches, applied.leader,
+                                                           applied.isr, elr, self.image.store.ints.values)
+            offsets[:] = decided.request["offset"]
+            return kinds, offsets, brokers
         groups, batches = np.full(n, -1, np.int64), list(self.batches.values())
         if batches:  # only batches with causes are kept: a step without broker records has none
             index = {key: i for i, key in enumerate(self.batches)}
             groups = np.fromiter((index.get(key, -1) for key in zip(changes.sources, changes.positions)), np.int64, n)
-        return causes.change_causes(changes.offsets, groups, batches, applied.leader, applied.isr,
+        return causes.change_causes(changes.offsets, groups, batches, applied.leader, applied.isr, elr,
                                     self.image.store.ints.values)
 
     def _column_anomalies(self, changes: partition_changes.Changes, applied: partition_changes.Applied,
-                          rows: np.ndarray, names: list[str], kinds: np.ndarray, cause_offsets: np.ndarray) -> None:
+                          rows: np.ndarray, names: list[str], kinds: np.ndarray, cause_offsets: np.ndarray,
+                          decided_by: str | None) -> None:
         """The anomaly rules for a run on the columns: column-wise, the changes that may open or close an
         episode (a partition without a leader before or after, an ISR below min.insync.replicas before or
         after, a leader recovering or elected from outside the ISR, a topic with an episode open or a
-        reassignment in progress); those one by one, as the row-wise path does every change."""
+        reassignment in progress); those one by one, as the row-wise path does every change. ``decided_by``:
+        the type of the request that decided the run, the cause of each change."""
         store, anomalies = self.image.store, self.anomalies
         ints, cols = store.ints.values, store.cols
         (leader_before, leader), (isr_before, isr) = applied.leader, applied.isr
@@ -652,7 +680,8 @@ class _Step:
             anomalies.partition_change(
                 Place(int(changes.offsets[i]), int(changes.timestamps[i]), names[i], topic_id,
                       int(changes.partitions[i])), before, after, why,
-                "PartitionChangeRecord" if cause_offset < 0 else self.cause_type(kind, cause_offset), int(mins[i]))
+                decided_by or ("PartitionChangeRecord" if cause_offset < 0 else self.cause_type(kind, cause_offset)),
+                int(mins[i]))
             if not was_watched and topic_id in anomalies.watched:  # an episode opened: its topic's later changes count
                 later = watched()
                 later[:i + 1] = False
@@ -768,29 +797,84 @@ class _Step:
         self.generated(request, decision.records)
         self.out.add("responses", "response", request["offset"], response_row(request, decision.response, self.shard))
 
-    def generated(self, request: dict, records: list[dict], before_decision: bool = False) -> None:
+    def generated(self, request: dict, records: list[dict] | Records, before_decision: bool = False) -> None:
         """Records a decision made: partition records stay with their topic's shard; every other record
         is replayed by every shard (they all decided it alike) and logged by shard 0. They are one batch, as
         in Kafka's log; ``before_decision``: what the controller did before deciding the request itself
-        (session expiries, leader balance)."""
-        offset, leader_epoch, timestamp = request["offset"], request["leader_epoch"], request["timestamp"]
-        shard = self.shard
-        causing = [(place, offset, record) for place, record in enumerate(records)
-                   if record["type"] in causes.CAUSE_TYPES]
+        (session expiries, leader balance). A failover's records held as columns (``Records.parts``) are
+        applied as such (``shaped``)."""
+        parts = records.parts if isinstance(records, Records) else [records]
+        causing, place = [], 0
+        for part in parts:
+            if not isinstance(part, Shaped):  # (a Shaped holds PartitionChangeRecords, which cause nothing)
+                causing += [(place + i, request["offset"], r) for i, r in enumerate(part)
+                            if r["type"] in causes.CAUSE_TYPES]
+            place += len(part)
         batch = Batch.of(causing) if causing else None  # (an empty batch explains no change either)
         self.before_decision = before_decision
-        for place, record in enumerate(records):
-            topic_id = record["data"].get(TOPIC_SCOPED.get(record["type"], ""))
-            if topic_id is not None and not self.owns(topic_id):
+        place = 0
+        for part in parts:
+            if isinstance(part, Shaped):
+                self.shaped(request, part, batch, place)
+            else:
+                for i, record in enumerate(part):
+                    self.generated_one(request, record, batch, place + i)
+            place += len(part)
+
+    def generated_one(self, request: dict, record: dict, batch: Batch | None, place: int) -> None:
+        """One record of a decision, at ``place`` among its records, replayed and logged (``generated``)."""
+        topic_id = record["data"].get(TOPIC_SCOPED.get(record["type"], ""))
+        if topic_id is not None and not self.owns(topic_id):
+            return
+        shard = self.shard
+        logged = topic_id is not None or shard == 0
+        event = {**record, "offset": request["offset"], "leader_epoch": request["leader_epoch"],
+                 "timestamp": request["timestamp"], "source": None, "position": None}
+        self.apply(event, request, logged, batch, place)
+        if logged:
+            # seq: the record's place among the request's records on this shard, whatever the batch
+            self.out.add("controller_log", "append", request["offset"], {**event, "shard": shard, "seq": self.logged})
+            self.logged += 1
+
+    def shaped(self, request: dict, run: Shaped, batch: Batch | None, place: int) -> None:
+        """A decision's PartitionChangeRecords held as columns (a failover's), the first at ``place`` among its
+        records: as ``generated_one`` would apply and log them one by one, but each long enough stretch of
+        simple ones (``partition_changes.is_simple``) applied to the columns at once, its history in one
+        Block, its controller_log rows made from the columns."""
+        n = len(run)
+        owned = np.array([self.owns(t) for t in run.topic_ids], bool)[run.ranks]
+        # 0: another shard's, 1: one by one, 2: simple, to the columns
+        kind = np.where(owned, np.where(run.simple() if self.columns else False, 2, 1), 0)
+        bounds = np.flatnonzero(np.diff(kind)) + 1
+        for start, stop in zip([0, *bounds.tolist()], [*bounds.tolist(), n]):
+            if kind[start] == 0:
                 continue
-            logged = topic_id is not None or shard == 0
-            event = {**record, "offset": offset, "leader_epoch": leader_epoch, "timestamp": timestamp,
-                     "source": None, "position": None}
-            self.apply(event, request, logged, batch, place)
-            if logged:
-                # seq: the record's place among the request's records on this shard, whatever the batch
-                self.out.add("controller_log", "append", offset, {**event, "shard": shard, "seq": self.logged})
-                self.logged += 1
+            index = np.arange(start, stop)
+            if kind[start] == 2 and not self._record_by_record(stop - start):
+                self.image.store.flush()
+                changes, rows = run.changes(self.image, request["offset"], request["timestamp"],
+                                            request["leader_epoch"], index)
+                if np.all(rows >= 0):  # (a partition the image lacks: replay rejects it, one by one)
+                    self._on_columns(changes, rows, Decided(request, batch, place + index))
+                    self._logged(request, run, index)
+                    continue
+            records = run.records()
+            for i in range(start, stop):
+                self.generated_one(request, records[i], batch, place + i)
+
+    def _logged(self, request: dict, run: Shaped, index: np.ndarray) -> None:
+        """controller_log rows of records ``index`` of ``run``, as ``generated_one`` makes them."""
+        offset, shard, rows = request["offset"], self.shard, self.out.rows
+        fixed = {"offset": offset, "leader_epoch": request["leader_epoch"], "timestamp": request["timestamp"],
+                 "source": None, "position": None, "shard": shard}
+        versions = [t["version"] for t in run.templates]
+        for seq, logged, shape, data in zip(self.out.seqs(len(index)).tolist(),
+                                            range(self.logged, self.logged + len(index)),
+                                            run.shape[index].tolist(), run.data(index)):
+            rows.append(Output("controller_log", "append", offset, seq,
+                               {"type": "PartitionChangeRecord", "version": versions[shape], "data": data, **fixed,
+                                "seq": logged}))
+        self.logged += len(index)
 
     def finish(self, topics_before: dict, configs_before: dict) -> list[Output]:
         out, image, shard = self.out, self.image, self.shard
@@ -856,7 +940,7 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
         image = state.image
         topics_before = _topics_snapshot(image)
         configs_before = {k: dict(v) for k, v in image.configs.items()} if shard == 0 else {}
-        work = _Step(shard, shards, state, config or {}, fast)
+        work = _Step(shard, shards, state, config or {}, fast, columns)
         last = state.last_offset
         # the leadership counts as the step starts (``anomalies.Leadership``)
         state.anomalies.reported = [(last, -1, state.anomalies.counts())]

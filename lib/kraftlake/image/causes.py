@@ -178,12 +178,13 @@ _CODE = {kind: code for code, kind in enumerate(COLUMN_KINDS)}
 
 
 def change_causes(places: np.ndarray, groups: np.ndarray, batches: list[Batch], leader: tuple[np.ndarray, np.ndarray],
-                  isr: tuple[np.ndarray, np.ndarray], isr_values: list[tuple[int, ...]]
+                  isr: tuple[np.ndarray, np.ndarray], elr: np.ndarray, isr_values: list[tuple[int, ...]]
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``partition_cause`` for a run of changes of the leader, ISR and recovery state only (what the columns
     apply at once), column-wise: the kinds as codes into ``COLUMN_KINDS``, cause offsets and brokers (-1:
     none). ``groups[i]`` is the index in ``batches`` of change i's batch, -1 if it has none that causes
-    anything; ISRs are codes into ``isr_values``. The same rule as ``partition_cause``, which tests hold."""
+    anything; ISRs and ELRs (which such changes keep) are codes into ``isr_values``. The same rule as
+    ``partition_cause``, which tests hold."""
     n = len(places)
     kinds = np.where(leader[0] != leader[1], _CODE[LEADER_ELECTION], _CODE[ISR_CHANGE]).astype(np.int8)
     offsets = np.full(n, -1, np.int64)
@@ -195,14 +196,16 @@ def change_causes(places: np.ndarray, groups: np.ndarray, batches: list[Batch], 
         rows = np.flatnonzero(groups == group)
         at = places[rows]
         before, after = leader[0][rows], leader[1][rows]
-        codes = np.unique(isr[0][rows])
+        held = isr[0][rows], elr[rows]
+        codes = np.unique(np.concatenate(held))
         best = np.full(len(rows), np.iinfo(np.int64).max)
         for place, offset, kind, broker, _ in batch.brokers:
             if kind == UNFENCED:
                 explained = (before == NO_LEADER) & (after != NO_LEADER)
             else:
                 member = np.fromiter((broker in isr_values[c] for c in codes.tolist()), bool, len(codes))
-                explained = (before == broker) | member[np.searchsorted(codes, isr[0][rows])]
+                explained = ((before == broker) | member[np.searchsorted(codes, held[0])]
+                             | member[np.searchsorted(codes, held[1])])
             side = at > place if kind in _RECORD_FIRST else at < place
             distance = np.abs(at - place)
             take = explained & side & (distance < best)

@@ -11,7 +11,10 @@ partition epoch. Anything else -- another field set, a partition the columns do 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+import gc
+from dataclasses import dataclass, field
+from typing import Iterator
 
 import numpy as np
 
@@ -46,6 +49,9 @@ class Changes:
     leaders: np.ndarray  # int32, -2: unchanged
     isrs: list[tuple[int, ...] | None]  # None: unchanged
     recovery: np.ndarray  # int32 LeaderRecoveryState, -1: unchanged
+    # int32 codes of ``isrs`` into the image's ``store.ints`` (-1: unchanged), when whoever made the run coded
+    # them per shape (``Shaped.changes``); None: ``apply`` codes them record by record
+    isr_codes: np.ndarray | None = None
 
     @classmethod
     def of_events(cls, events: list[dict]) -> Changes:
@@ -64,9 +70,11 @@ class Changes:
 
     @classmethod
     def concat(cls, parts: list[Changes]) -> Changes:
-        """The records of ``parts`` in one, sorted by offset (parts may come in any order)."""
+        """The records of ``parts`` in one, sorted by offset (parts may come in any order; ISR codes are left
+        to ``apply``)."""
         merged = cls(*(np.concatenate([getattr(p, f) for p in parts]) if isinstance(getattr(parts[0], f), np.ndarray)
-                       else [v for p in parts for v in getattr(p, f)] for f in cls.__dataclass_fields__))
+                       else [v for p in parts for v in getattr(p, f)] for f in cls.__dataclass_fields__
+                       if f != "isr_codes"))
         return merged.take(np.argsort(merged.offsets, kind="stable"))
 
     def __len__(self) -> int:
@@ -77,7 +85,8 @@ class Changes:
         return Changes(self.offsets[index], self.timestamps[index], self.leader_epochs[index], self.versions[index],
                        [self.sources[i] for i in picked], [self.positions[i] for i in picked],
                        [self.topic_ids[i] for i in picked], self.partitions[index], self.leaders[index],
-                       [self.isrs[i] for i in picked], self.recovery[index])
+                       [self.isrs[i] for i in picked], self.recovery[index],
+                       None if self.isr_codes is None else self.isr_codes[index])
 
     def event(self, i: int) -> dict:
         """Record ``i`` as the event dict replay takes (for the records the columns leave to ``merge``)."""
@@ -90,6 +99,104 @@ class Changes:
                          "Replicas": None, "RemovingReplicas": None, "AddingReplicas": None,
                          "LeaderRecoveryState": int(self.recovery[i]), "Directories": None,
                          "EligibleLeaderReplicas": None, "LastKnownElr": None}}
+
+
+@dataclass(eq=False)
+class Shaped:
+    """PartitionChangeRecords a decision made by shape (``replication.broker_failover``): each record is its
+    shape's template with its own TopicId and PartitionId, in the decision's order.
+
+    A broker's failure at 10^6 partitions writes 10^6 records of a few hundred shapes. Held so, the shard step
+    applies them to the columns as they are (``changes``: the leader, ISR and recovery state coded once per
+    shape), and their dicts are made only for whoever reads them one by one (``records``, ``data``): the
+    decision and the replay of such a failover no longer make and read two million dicts
+    (docs/performance.md)."""
+
+    templates: list[dict]  # per shape: a record of it (TopicId and PartitionId: one partition's of the shape)
+    shape: np.ndarray  # int64, per record: its template
+    topic_ids: list[str]  # normalised, each once
+    ranks: np.ndarray  # int64, per record: its topic's place in ``topic_ids``
+    partitions: np.ndarray  # int32, per record
+    rows: np.ndarray  # int64, per record: its partition's row in the columns of the image decided on
+    _made: list[dict] | None = field(default=None, repr=False)  # ``records``, once made
+
+    def __len__(self) -> int:
+        return len(self.shape)
+
+    def records(self) -> list[dict]:
+        """The records as dicts, made once: equal to the templates' with each record's TopicId and PartitionId."""
+        if self._made is None:
+            versions = [t["version"] for t in self.templates]
+            with _collector_paused():
+                self._made = [{"type": "PartitionChangeRecord", "version": versions[s], "data": data}
+                              for s, data in zip(self.shape.tolist(), self.data(np.arange(len(self))))]
+        return self._made
+
+    def data(self, index: np.ndarray) -> list[dict]:
+        """The ``data`` of records ``index``: the made records' once ``records`` made them, else new dicts
+        (sharing their template's lists, as a copy of a record's data would)."""
+        if self._made is not None:
+            return [self._made[i]["data"] for i in index.tolist()]
+        datas, ids = [t["data"] for t in self.templates], self.topic_ids
+        return [dict(datas[s], TopicId=ids[r], PartitionId=p) for s, r, p in
+                zip(self.shape[index].tolist(), self.ranks[index].tolist(), self.partitions[index].tolist())]
+
+    def simple(self) -> np.ndarray:
+        """Whether each record is simple (``is_simple``), asked once per shape."""
+        return np.array([is_simple(t["data"]) for t in self.templates], bool)[self.shape]
+
+    def changes(self, image: ClusterImage, offset: int, timestamp: int, leader_epoch: int,
+                index: np.ndarray) -> tuple[Changes, np.ndarray]:
+        """Records ``index`` (simple ones) as ``apply`` takes them, written at ``offset`` and ``timestamp``
+        with the log's ``leader_epoch``, and their rows in ``image`` (flushed): the rows of the image decided
+        on when they still hold the same partitions, else looked up (-1: none, as ``rows_of``)."""
+        n, shape, ranks = len(index), self.shape[index], self.ranks[index]
+        datas = [t["data"] for t in self.templates]
+        isrs = [None if d["Isr"] is None else tuple(d["Isr"]) for d in datas]
+        code = image.store.ints.code
+        ids = self.topic_ids
+        changes = Changes(np.full(n, offset, np.int64), np.full(n, timestamp, np.int64),
+                          np.full(n, leader_epoch, np.int32),
+                          np.array([t["version"] for t in self.templates], np.int32)[shape], [None] * n, [None] * n,
+                          [ids[r] for r in ranks.tolist()], self.partitions[index],
+                          np.array([d["Leader"] for d in datas], np.int32)[shape],
+                          [isrs[s] for s in shape.tolist()],
+                          np.array([d["LeaderRecoveryState"] for d in datas], np.int32)[shape],
+                          np.array([-1 if isr is None else code(isr) for isr in isrs], np.int32)[shape])
+        store, rows = image.store, self.rows[index]
+        ordinals = np.array([store.topics.codes.get(t, -1) if t in image.topics else -1 for t in ids],
+                            np.int64)[ranks]
+        if n and int(rows.max()) < store.size:
+            cols = store.cols
+            if np.all((ordinals >= 0) & cols["alive"][rows] & (cols["topic"][rows] == ordinals)
+                      & (cols["partition_id"][rows] == changes.partitions)):
+                return changes, rows
+        return changes, rows_of(image, changes)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a record is made per partition, and what was allocated
+    meanwhile put straight into the oldest generation on the way out.
+
+    The records hold no cycles, but every few hundred thousand allocations make the collector walk
+    the whole image (hundreds of thousands of registrations): measured on 100,000 partitions, that
+    was 45% of a broker failover (docs/performance.md). Reference counting still frees everything.
+    Turned back on, the collector would first walk every record made meanwhile, as young objects (19% of
+    the failover at 10^6 partitions); in the oldest generation they are walked only by a full collection,
+    which usually comes after they are consumed and freed. (``gc.freeze`` then ``gc.unfreeze`` moves every
+    tracked object there without walking any; skipped if anything else keeps objects frozen.)
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if gc.get_freeze_count() == 0:
+            gc.freeze()
+            gc.unfreeze()
+        if enabled:
+            gc.enable()
 
 
 def rows_of(image: ClusterImage, changes: Changes) -> np.ndarray:
@@ -148,10 +255,14 @@ def apply(image: ClusterImage, changes: Changes, rows: np.ndarray) -> Applied:
     leaders = changes.leaders[order]
     leader_set = leaders != NO_LEADER_CHANGE
     leader_after = carried(leader_set, leaders, cols["leader"][r])
-    isr_set = np.fromiter((isr is not None for isr in changes.isrs), bool, n)[order]
-    known, code = store.ints.codes, store.ints.code
-    isr_codes = np.fromiter((0 if isr is None else known[isr] if isr in known else code(isr) for isr in changes.isrs),
-                            np.int32, n)[order]
+    if changes.isr_codes is not None:
+        isr_codes = changes.isr_codes[order]
+        isr_set = isr_codes >= 0
+    else:
+        isr_set = np.fromiter((isr is not None for isr in changes.isrs), bool, n)[order]
+        known, code = store.ints.codes, store.ints.code
+        isr_codes = np.fromiter((0 if isr is None else known[isr] if isr in known else code(isr)
+                                 for isr in changes.isrs), np.int32, n)[order]
     isr_after = carried(isr_set, isr_codes, cols["isr"][r])
     recovery = changes.recovery[order]
     recovery_after = carried(recovery != LRS_NO_CHANGE, recovery, cols["leader_recovery_state"][r])
