@@ -20,7 +20,7 @@ from kraftlake.image.cluster_image import ClusterImage
 from kraftlake.metadata.tables import table_arrow_schema
 from kraftlake.spark.controller_query import (CHANGE_COLUMNS, HEARTBEAT_COLUMNS, HEARTBEAT_FILL, events_of_frames,
                                               merged_answers)
-from kraftlake.storage.tables import answers_schema, answers_to_arrow
+from kraftlake.storage.tables import answers_schema, answers_to_arrow, json_texts
 from test_request_fast_path import CONFIG, hard_log
 
 DIRS = ["u6mP1nJ7Qsa-Xa4H2Lw9Yg", "AAAAAAAAAAAAAAAAAAAAAQ"]
@@ -136,3 +136,40 @@ def test_merged_answers_are_the_rows_merged_responses_makes(answers: list[list[d
 
 def _outputs(rows: list[dict]) -> list[Output]:
     return [Output("responses", "response", r["offset"], 0, r) for r in rows]
+
+
+def test_json_texts_are_json_dumps_for_repeated_and_lookalike_values() -> None:
+    """Texts shared between equal dicts only: ``True == 1`` and ``-0.0 == 0.0`` in Python, not in JSON."""
+    values = [{"ErrorCode": 0, "IsFenced": False}, {"ErrorCode": 0, "IsFenced": 0}, {"ErrorCode": False, "IsFenced": False},
+              {"ErrorCode": 0, "IsFenced": False}, {1: "a"}, {True: "a"}, {"x": 0.0}, {"x": -0.0}, {"x": 0},
+              {"BrokerEpoch": 2 ** 63 - 1}, {"BrokerEpoch": -(2 ** 63)}, {"BrokerEpoch": 2 ** 63 - 1},
+              {"Topics": []}, {"Topics": [{"Name": "a"}]}, {"Topics": []}, {"Raw": b"\x00\xff"}, {"Raw": None},
+              {}, {}, {"ErrorMessage": "a"}, {"ErrorMessage": None}]
+    assert json_texts(values) == [json.dumps(v, default=json_bytes) for v in values]
+    assert json_texts([]) == []
+
+
+def test_merged_answers_of_same_and_different_texts_are_merged_responses_rows() -> None:
+    """Several shards answering one request alike (their text kept) or not (parsed and merged), beside
+    requests one shard answered; shards in any order."""
+    base = {"timestamp": 1_763_580_000_000, "request_type": "AlterPartitionRequest", "version": 2,
+            "error_code": 0, "error_message": None}
+    neutral = {"ThrottleTimeMs": 0, "ErrorCode": 0, "Topics": []}
+    owned = {"ThrottleTimeMs": 0, "ErrorCode": 0, "Topics": [{"TopicId": "t", "Partitions": [{"PartitionIndex": 1}]}]}
+    unknown = {"ThrottleTimeMs": 0, "ErrorCode": 0, "Topics": [{"TopicId": "u", "ErrorCode": 100}]}
+    answers = [(5, 0, neutral), (5, 1, owned), (5, 2, neutral),  # one owner among neutral answers
+               (6, 2, unknown), (6, 0, unknown), (6, 1, unknown),  # every shard alike
+               (7, 0, {"ThrottleTimeMs": 0, "ErrorCode": 0, "IsCaughtUp": True}),  # one shard alone
+               (8, 1, owned), (8, 0, {**neutral, "ErrorCode": 41}), (8, 2, unknown),  # the first shard's scalars
+               (9, 0, neutral), (9, 1, neutral)]
+    schema = table_arrow_schema("responses")
+    rows = [{**{f.name: None for f in schema}, **base, "offset": offset, "shard": shard, "data": data}
+            for offset, shard, data in answers]
+    expected = [{**r, "data": json.dumps(r["data"], default=json_bytes)}
+                for r in merged_responses(_outputs([{**r, "data": json.loads(json.dumps(r["data"]))} for r in rows]))]
+    merged = merged_answers(answers_to_arrow(rows))
+    got = [{**r, "timestamp": round(r["timestamp"].timestamp() * 1000)} for r in merged.to_pylist()]
+    assert got == expected
+    assert [json.loads(r["data"]) for r in got] == [
+        owned, unknown, {"ThrottleTimeMs": 0, "ErrorCode": 0, "IsCaughtUp": True},
+        {"ThrottleTimeMs": 0, "ErrorCode": 41, "Topics": [owned["Topics"][0], unknown["Topics"][0]]}, neutral]

@@ -31,8 +31,9 @@ import pyarrow.compute as pc
 
 from kraftlake.codec.events import json_bytes
 from kraftlake.controller.anomalies import IMBALANCE
+from kraftlake.controller.dispatch import merge_responses
 from kraftlake.controller.shards import (LEADER_COUNTS, SKIPPED, TOPIC_SCOPED, Block, Output, ShardState, gc_paused,
-                                        leader_imbalance, merged_responses, rows_table, step)
+                                        leader_imbalance, rows_table, step)
 from kraftlake.image.cluster_image import normalize_uuid
 from kraftlake.image.partition_changes import SIMPLE_RECOVERY_STATES, UNSET_FIELDS, Changes
 from kraftlake.metadata.config import defaults
@@ -375,7 +376,11 @@ def _as_outputs(name: str, typed_rows: tuple[pa.Table, pa.Table]) -> list[Output
 def merged_answers(answers: pa.Table) -> pa.Table:
     """``responses`` rows from the shards' answers (``answers_schema``), one per request in offset order: an
     answer of one shard as it came, the answers of several merged as ``shards.merged_responses`` merges
-    them (only these are parsed: a shard alone answers most requests, shard 0 every steady heartbeat)."""
+    them (a shard alone answers most requests, shard 0 every steady heartbeat).
+
+    Several shards' answers to one request that are the same JSON text are that text (a response merged
+    with itself is itself); the others are parsed once per distinct text (the shards that do not own a
+    request's partitions give the same answer to many requests) and merged in shard order."""
     answers = answers.sort_by([("offset", "ascending"), ("shard", "ascending")])
     offsets = answers.column("offset").to_numpy()
     first = np.ones(len(offsets), bool)
@@ -383,15 +388,31 @@ def merged_answers(answers: pa.Table) -> pa.Table:
     rows = answers.filter(first).drop_columns(["shard"])
     if first.all():
         return rows
-    shared = np.unique(offsets[~first])
-    parts = answers.filter(pc.is_in(answers.column("offset"), pa.array(shared)))
-    merged = merged_responses(Output("responses", "response", r["offset"], 0, {**r, "data": json.loads(r["data"])})
-                              for r in parts.select(["offset", "shard", "data"]).to_pylist())
-    data = rows.column("data").to_pylist()
-    for place, row in zip(np.searchsorted(offsets[first], shared).tolist(), merged):
-        data[place] = json.dumps(row["data"], default=json_bytes)
+    starts = np.flatnonzero(first)
+    ends = np.append(starts[1:], len(offsets))
+    shared = np.flatnonzero(ends - starts > 1)
+    counts = (ends - starts)[shared]
+    texts = answers.column("data").filter(pa.array(np.isin(np.cumsum(first) - 1, shared))).to_pylist()
+    parsed: dict[str, Any] = {}
+
+    def data(text: str) -> Any:
+        value = parsed.get(text)
+        if value is None:
+            value = parsed[text] = json.loads(text)
+        return value
+
+    mask = np.zeros(rows.num_rows, bool)
+    merged = []
+    start = 0
+    for place, count in zip(shared.tolist(), counts.tolist()):
+        parts = texts[start:start + count]
+        start += count
+        if parts.count(parts[0]) < count:
+            mask[place] = True
+            merged.append(json.dumps(merge_responses([data(t) for t in parts]), default=json_bytes))
     index = rows.schema.get_field_index("data")
-    return rows.set_column(index, rows.schema.field(index), pa.array(data, pa.string()))
+    column = pc.replace_with_mask(rows.column("data"), pa.array(mask), pa.array(merged, pa.string()))
+    return rows.set_column(index, rows.schema.field(index), column)
 
 
 def write_outputs(warehouse: Warehouse, outputs: BatchOutputs, txn: tuple[str, int],

@@ -120,8 +120,31 @@ def answers_to_arrow(rows: Sequence[dict]) -> pa.Table:
     names = schema.names
     columns = dict(zip(names, zip(*map(operator.itemgetter(*names), rows)))) if rows else dict.fromkeys(names, ())
     columns["timestamp"] = [t * 1000 for t in columns["timestamp"]]
-    columns["data"] = [json.dumps(d, default=json_bytes) for d in columns["data"]]
+    columns["data"] = json_texts(columns["data"])
     return pa.Table.from_arrays([pa.array(columns[f.name], f.type) for f in schema], schema=schema)
+
+
+_SCALARS = frozenset((str, int, bool, type(None)))
+
+
+def json_texts(values: Sequence[dict]) -> list[str]:
+    """Each dict as ``json.dumps`` writes it; a dict of scalar keys and values only once per distinct
+    sequence of (key, value) and their types, since nine answers in ten are a steady heartbeat's, the same
+    few fields and values. Types are part of the key (``True == 1``, yet one is written ``true``); floats
+    never share a text (``-0.0 == 0.0``)."""
+    texts: dict[tuple, str] = {}
+    out = []
+    for value in values:
+        types = tuple(map(type, value)) + tuple(map(type, value.values()))
+        if _SCALARS.issuperset(types):
+            key = (tuple(value.items()), types)
+            text = texts.get(key)
+            if text is None:
+                text = texts[key] = json.dumps(value, default=json_bytes)
+        else:
+            text = json.dumps(value, default=json_bytes)
+        out.append(text)
+    return out
 
 
 def rejections_to_arrow(rejections: Sequence[Rejection], stage: str = "ingest") -> pa.Table:
