@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 
 from kraftlake.cli.runtime import kafka_configs
 from kraftlake.codec.events import json_bytes
-from kraftlake.controller.shards import ShardState, leader_imbalance, merged_responses, routes, step
+from kraftlake.controller.shards import ShardState, expand, leader_imbalance, merged_responses, routes, step
 from kraftlake.image.cluster_image import ClusterImage
 from kraftlake.metadata.tables import table_arrow_schema, table_keys, tables_of
 from kraftlake.sim.cluster import ClusterSimulator, SimulationOptions
@@ -289,7 +289,9 @@ def replay_once(tables: DeltaRsTables, shards: int, config: dict[str, str]) -> t
         for event in chunk:
             for shard in routes(event, shards):
                 per_shard[shard].append(event)
-        outputs = [o for shard in range(shards) for o in step(shard, shards, states[shard], per_shard[shard], config)]
+        # (a failover's records applied on the columns come as Blocks: row by row here)
+        outputs = expand([o for shard in range(shards) for o in step(shard, shards, states[shard], per_shard[shard],
+                                                                      config)])
         outputs += leader_imbalance(outputs, current["anomalies"].values(), config)  # as the sink judges it
         by_table: dict[str, list[dict]] = {"responses": merged_responses(outputs)}
         for o in sorted(outputs, key=lambda o: (o.offset, o.seq)):
