@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from deltalake.exceptions import TableNotFoundError
 
-from kraftlake.cli.launcher import (FAILED, INTERRUPTED, USAGE, UserError, error_line, is_jvm_lost, needs_spark,
+from kraftlake.cli.launcher import (FAILED, INTERRUPTED, USAGE, UserError, _ending, error_line, is_jvm_lost, needs_spark,
                                     run_job)
 from kraftlake.metadata.config import ConfigError
 from kraftlake.sim.sample import write_sample
@@ -467,6 +467,23 @@ def test_sigterm_to_the_launcher_stops_the_follower_and_nothing_commits_after(tm
             log.read_text()[-3000:]
     finally:
         stop(launcher)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc (Linux)")
+def test_a_parent_killed_but_not_yet_gone_is_told_from_a_living_one() -> None:
+    """The driver's parent, Spark's JVM, killed with SIGKILL, can still be its parent when the driver stops:
+    a process that is dying (here a zombie, its status read before it is reaped) or gone counts as gone, a
+    living one does not."""
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        assert not _ending(child.pid)
+        child.kill()
+        assert wait_for(lambda: Path(f"/proc/{child.pid}/status").read_text().split("State:")[1].split()[0] == "Z", 10)
+        assert _ending(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert _ending(child.pid)
 
 
 def test_a_jvm_killed_under_its_driver_is_said_in_one_line_once_the_driver_is_gone(tmp_path: Path) -> None:

@@ -137,12 +137,28 @@ def _what_went_away() -> str | None:
     """Why the job stopped, when it is because the JVM or the launcher it was started by is gone."""
     if not _WATCHED:
         return None
-    if os.getppid() != _WATCHED["jvm"]:
+    if os.getppid() != _WATCHED["jvm"] or _ending(_WATCHED["jvm"]):
         return f"Spark's JVM (pid {_WATCHED['jvm']}) is gone (killed, or crashed: see its last messages above); " \
                "start again to continue"
     if not _alive(_WATCHED["launcher"]):
         return f"its launcher, spark-submit.sh (pid {_WATCHED['launcher']}), is gone; start again to continue"
     return None
+
+
+def _ending(pid: int) -> bool:
+    """Whether process ``pid`` is on its way out: a zombie, or killed with SIGKILL and not yet gone. Spark's JVM
+    killed so stays this driver's parent until its last thread has ended, and the kernel sends the driver
+    its SIGTERM (PR_SET_PDEATHSIG) when the one thread that started it ends: on a loaded machine the driver
+    can stop before its parent is gone, and took that SIGTERM for a user's. Linux only (``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            fields = dict(line.split(":", 1) for line in handle if ":" in line)
+    except FileNotFoundError:
+        return os.path.isdir("/proc/self")  # gone, where there is a /proc to say so
+    except OSError:
+        return False
+    pending = int(fields.get("ShdPnd", "0").strip() or "0", 16)
+    return fields.get("State", "").strip()[:1] in ("Z", "X") or bool(pending & 1 << (signal.SIGKILL - 1))
 
 
 def is_jvm_lost(exc: BaseException) -> bool:
