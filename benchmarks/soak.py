@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
 import shutil
@@ -51,7 +50,7 @@ from kraftlake.storage.tables import controller_log_schema, controller_log_to_ar
 
 from benchmarks.cluster import launcher_free_environ
 from benchmarks.memory import all_processes, family, role, roles_of
-from benchmarks.stats import log, percentile
+from benchmarks.stats import least_squares, log, percentile
 
 REPO = Path(__file__).resolve().parent.parent
 STATE_TABLES = tables_of("controller", "state")
@@ -332,28 +331,15 @@ def table_multisets(tables: DeltaRsTables) -> dict[str, Multiset]:
 
 # --- the run ---------------------------------------------------------------------------------------------
 
-def slope(points: list[tuple[float, float]]) -> tuple[float, float] | None:
-    """Least-squares slope of y over x and its noise band: two standard errors of the slope, so that a
-    memory trend is called growth only when the slope less its band is above zero (samples scatter with
-    garbage collection and each micro-batch's buffers). None with fewer than three points."""
-    if len(points) < 3:
-        return None
-    n = len(points)
-    mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
-    sxx = sum((x - mx) ** 2 for x, _ in points)
-    if sxx == 0:
-        return None
-    b = sum((x - mx) * (y - my) for x, y in points) / sxx
-    residuals = sum((y - my - b * (x - mx)) ** 2 for x, y in points)
-    return round(b, 2), round(2 * math.sqrt(residuals / (n - 2) / sxx), 2)
-
-
 def trend(points: list[tuple[float, float]], unit: str) -> dict:
-    """``slope``'s figures under the report's names (``unit``: what y grows by, per what x is)."""
-    fitted = slope(points)
-    if fitted is None:
+    """A memory trend under the report's names (``unit``: what y grows by, per what x is): the least-squares
+    slope and its noise band (``least_squares``), and growth only when the slope less its band is above zero
+    (samples scatter with garbage collection and each micro-batch's buffers); None for each with fewer than
+    three points."""
+    fitted = least_squares(points)
+    if fitted is None or fitted[1] is None:
         return {f"slope_{unit}": None, f"noise_band_{unit}": None, "grows": None}
-    value, band = fitted
+    value, band = round(fitted[0], 2), round(fitted[1], 2)
     return {f"slope_{unit}": value, f"noise_band_{unit}": band, "grows": value - band > 0}
 
 
@@ -475,7 +461,8 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
     }
     log(f"soak: {events:,} events, {report['kills']} kills, tables equal to one replay: "
         f"{report['tables_equal_one_shot_replay']} ({report['rows_compared']:,} rows), memory "
-        + ", ".join(f"{role} peak {m['max_mb']} MB ({m['within_lives']['slope_mb_per_min']} ± {m['within_lives']['noise_band_mb_per_min']} MB/min)"
+        + ", ".join(f"{role} peak {m['max_mb']} MB ({m['within_lives']['slope_mb_per_min']} "
+                    f"± {m['within_lives']['noise_band_mb_per_min']} MB/min)"
                     for role, m in memory.items()))
     return report
 

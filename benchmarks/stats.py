@@ -39,15 +39,27 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+def least_squares(points: list[tuple[float, float]]) -> tuple[float, float | None] | None:
+    """Least-squares slope of y over x and its noise band, two standard errors of the slope (None with two
+    points: no residual tells the noise); None with fewer than two points or a single x."""
+    n = len(points)
+    if n < 2:
+        return None
+    mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if sxx == 0:
+        return None
+    b = sum((x - mx) * (y - my) for x, y in points) / sxx
+    if n < 3:
+        return b, None
+    residuals = sum((y - my - b * (x - mx)) ** 2 for x, y in points)
+    return b, 2 * math.sqrt(residuals / (n - 2) / sxx)
+
+
 def loglog_slope(xs: list[float], ys: list[float]) -> float | None:
     """Least-squares slope of log(y) over log(x): 1 is linear growth, 2 quadratic."""
-    points = [(math.log(x), math.log(y)) for x, y in zip(xs, ys) if x > 0 and y > 0]
-    if len(points) < 2:
-        return None
-    mx = sum(x for x, _ in points) / len(points)
-    my = sum(y for _, y in points) / len(points)
-    sxx = sum((x - mx) ** 2 for x, _ in points)
-    return None if sxx == 0 else round(sum((x - mx) * (y - my) for x, y in points) / sxx, 3)
+    fitted = least_squares([(math.log(x), math.log(y)) for x, y in zip(xs, ys) if x > 0 and y > 0])
+    return None if fitted is None else round(fitted[0], 3)
 
 
 def fit(xs: list[float], ys: list[float]) -> dict:
