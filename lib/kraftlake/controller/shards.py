@@ -723,9 +723,10 @@ class _Step:
 
     def steady(self, request: dict) -> bool:
         """The fast path of a heartbeat that changes nothing (``cluster_control.steady_heartbeat``, or
-        ``stale_heartbeat``: refused as another incarnation's) while the step is ``settled``: no decision, no records, and the answer only
-        from shard 0 (every shard answers a broker request alike, and ``merged_responses`` keeps the first
-        shard's). False, with nothing changed, when the request needs ``request``."""
+        ``stale_heartbeat``: refused as another incarnation's) while the step is ``settled``: no decision, no
+        records, and the answer only from shard 0 (every shard answers a broker request alike, and
+        ``merged_responses`` keeps the first shard's). False, with nothing changed, when the request needs
+        ``request``."""
         caught_up = steady_heartbeat(self.image, self.state.controller, request["data"], request["timestamp"])
         if caught_up is None and not stale_heartbeat(self.image, request["data"]):  # (steady_heartbeat leaves
             return False                                                             # these alone)
@@ -736,8 +737,9 @@ class _Step:
 
     def elsewhere(self, request: dict) -> bool:
         """The fast path of an AlterPartition about other shards' topics only
-        (``replication.altered_elsewhere``) while the step is ``settled``: no decision, and only shard 0 answers (with no topic, which
-        the merge unites with the owners' answers). False, with nothing changed, when it needs ``request``."""
+        (``replication.altered_elsewhere``) while the step is ``settled``: no decision, and only shard 0
+        answers (with no topic, which the merge unites with the owners' answers). False, with nothing
+        changed, when it needs ``request``."""
         if not altered_elsewhere(self.image, request, self.owns):
             return False
         self.answer(request, _elsewhere_row(request["version"]))
@@ -828,8 +830,7 @@ class _Step:
             return
         shard = self.shard
         logged = topic_id is not None or shard == 0
-        event = {**record, "offset": request["offset"], "leader_epoch": request["leader_epoch"],
-                 "timestamp": request["timestamp"], "source": None, "position": None}
+        event = {**record, **_written_by(request)}
         self.apply(event, request, logged, batch, place)
         if logged:
             # seq: the record's place among the request's records on this shard, whatever the batch
@@ -865,8 +866,7 @@ class _Step:
     def _logged(self, request: dict, run: Shaped, index: np.ndarray) -> None:
         """controller_log rows of records ``index`` of ``run``, as ``generated_one`` makes them."""
         offset, shard, rows = request["offset"], self.shard, self.out.rows
-        fixed = {"offset": offset, "leader_epoch": request["leader_epoch"], "timestamp": request["timestamp"],
-                 "source": None, "position": None, "shard": shard}
+        fixed = {**_written_by(request), "shard": shard}
         versions = [t["version"] for t in run.templates]
         for seq, logged, shape, data in zip(self.out.seqs(len(index)).tolist(),
                                             range(self.logged, self.logged + len(index)),
@@ -920,6 +920,13 @@ class _Step:
                     elif old.get(name) != new[name]:
                         out.add("configs", "upsert", last, {**row, "value": new[name]})
         return out.rows
+
+
+def _written_by(request: dict) -> dict:
+    """Where a record a request decided is in the log: at the request's offset, time and leader epoch, read
+    from no source file."""
+    return {"offset": request["offset"], "leader_epoch": request["leader_epoch"], "timestamp": request["timestamp"],
+            "source": None, "position": None}
 
 
 def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
