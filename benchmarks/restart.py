@@ -33,7 +33,7 @@ from kraftlake.sim.cluster import ClusterSimulator, SimulationOptions
 from kraftlake.sim.cluster_traffic import Written, write_requests
 from kraftlake.storage import DeltaRsTables
 
-from benchmarks.soak import CONTROLLER_JOB, REPO, Controller, committed_batch
+from benchmarks.soak import CONTROLLER_JOB, REPO, Controller, committed_batch, replayed_once_created
 from benchmarks.stats import log, percentile
 
 POLL_S = 0.05
@@ -147,16 +147,7 @@ def measure_restart(config: Any, work: Path, args: Any) -> dict:
 
     def on_chunk(written: Written) -> None:
         if not prepared:
-            if simulator.sent["CreateTopicsRequest"] < options.topics:
-                return
-            log(f"restart: {written.requests:,} requests ingested, every topic created; replaying them (--once)")
-            began = time.monotonic()
-            replay.start()
-            code = replay.process.wait()
-            if code != 0:
-                raise RuntimeError(f"the controller's replay ended with exit code {code}; see {replay.log_path}")
-            prepared.update(requests=written.requests, replay_s=round(time.monotonic() - began, 1))
-            log(f"restart: replayed in {prepared['replay_s']} s")
+            prepared.update(replayed_once_created(simulator, replay, written, "restart") or {})
             return
         if args.restart_standby:
             standby_chunk()

@@ -236,6 +236,25 @@ def restart_times(log_path: Path, checkpoint: Path, since: str = "start") -> dic
             "starts_without_a_commit": none}
 
 
+def replayed_once_created(simulator: ClusterSimulator, replay: Controller, written: Written,
+                          what: str) -> dict | None:
+    """Once every topic of the simulated cluster is created, the controller replays the log so far
+    (``--once``, as a process) and this says how many requests that was and how long it took; before that,
+    None. A cluster of 10^5 partitions is made by requests that take one long micro-batch, which a
+    controller killed every minute, or a restart timed from its start, would pay again and again."""
+    if simulator.sent["CreateTopicsRequest"] < simulator.options.topics:
+        return None
+    log(f"{what}: {written.requests:,} requests ingested, every topic created; replaying them (--once)")
+    began = time.monotonic()
+    replay.start()
+    code = replay.process.wait()
+    if code != 0:
+        raise RuntimeError(f"the controller's replay ended with exit code {code}; see {replay.log_path}")
+    prepared = {"requests": written.requests, "replay_s": round(time.monotonic() - began, 1)}
+    log(f"{what}: replayed in {prepared['replay_s']} s")
+    return prepared
+
+
 # --- the one-shot replay and the comparison ---------------------------------------------------------------
 
 def _plain(value: Any) -> Any:
@@ -361,8 +380,13 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
     written_box: list[Written] = []
     feeding, stop = threading.Event(), threading.Event()
     feeding.set()
+    prepared: dict[str, Any] = {}
+    before: list[Written] = []  # the totals when the soak began: what the preparation wrote
     began = time.monotonic()
     loads = [os.getloadavg()]
+
+    class Fed(Exception):
+        """The soak's requests are all written."""
 
     def watch() -> None:
         """Samples memory (and the lag) every few seconds; kills and restarts the controller on schedule."""
@@ -387,24 +411,45 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
             if end is not None:
                 lag.append((round(now - began, 1), end - committed_offset(checkpoint)))
 
-    def paced(written: Written) -> None:
+    def begin(written: Written) -> None:
+        nonlocal began
+        before.append(written)
+        log(f"soak: {seconds} s at {rate:,} events/s, SIGKILL every {kill_every} s"
+            f"{' (a standby takes over)' if args.soak_standby else ''}, {args.shards} shards, micro-batches "
+            f"of at most {args.soak_batch:,} events, driver memory {args.soak_driver_memory}")
+        began = time.monotonic()
+        controller.start()
+        if args.soak_standby:
+            controller.start_standby()
+        watcher.start()
+
+    def on_chunk(written: Written) -> None:
         written_box.append(written)
-        wait = began + written.chunks - time.monotonic()  # one chunk of ``rate`` requests per second
+        if not before:  # still making the cluster (--soak-prepare)
+            done = replayed_once_created(simulator, replay, written, "soak")
+            if done is not None:
+                prepared.update(done)
+                begin(Written(requests=written.requests, chunks=written.chunks))
+            return
+        if written.requests - before[0].requests >= rate * seconds:
+            raise Fed
+        wait = began + written.chunks - before[0].chunks - time.monotonic()  # a chunk of ``rate`` requests a second
         if wait > 0:
             time.sleep(wait)
 
-    log(f"soak: {seconds} s at {rate:,} events/s, SIGKILL every {kill_every} s"
-        f"{' (a standby takes over)' if args.soak_standby else ''}, {args.shards} shards, micro-batches "
-        f"of at most {args.soak_batch:,} events, driver memory {args.soak_driver_memory}")
-    controller.start()
-    if args.soak_standby:
-        controller.start_standby()
     watcher = threading.Thread(target=watch, name="soak-watch", daemon=True)
-    watcher.start()
+    replay = Controller([*command, "--once"], work / "soak-prepare.log")
+    if not args.soak_prepare:
+        begin(Written())
     try:
-        written = write_requests(tables, simulator, rate * seconds, "soak", rate, on_chunk=paced)
+        try:  # as many requests as it takes: the simulator makes them as they are read
+            write_requests(tables, simulator, 1 << 40, "soak", rate, on_chunk=on_chunk)
+        except Fed:
+            pass
+        written = written_box[-1]
         fed_s = time.monotonic() - began
-        log(f"soak: fed {written.requests:,} requests in {fed_s:.0f} s; waiting for the controller to catch up")
+        fed = written.requests - before[0].requests
+        log(f"soak: fed {fed:,} requests in {fed_s:.0f} s; waiting for the controller to catch up")
         feeding.clear()  # no more kills; memory is still sampled while the controller catches up
         last = written.last_offset
         drain_start = time.monotonic()
@@ -444,8 +489,8 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
         "minutes": args.soak_minutes, "rate_events_per_s": rate, "kill_every_s": kill_every,
         "shards": args.shards, "cluster": {"brokers": options.brokers, "topics": options.topics,
                                            "partitions": options.topics * options.partitions_per_topic},
-        "events_fed": written.requests, "feeding_s": round(fed_s, 1),
-        "fed_events_per_s": round(written.requests / fed_s), "events_in_log": events,
+        "prepared": prepared or None, "events_fed": fed, "feeding_s": round(fed_s, 1),
+        "fed_events_per_s": round(fed / fed_s), "events_in_log": events,
         "by_type": dict(sorted(written.by_type.items())),
         "driver_memory": args.soak_driver_memory, "max_records_per_batch": args.soak_batch,
         "standby": args.soak_standby, "controller_starts": len(controller.starts), "kills": controller.kills,

@@ -248,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--soak-standby", action="store_true",
                         help="keep a standby controller (jobs/controller.py --standby) beside the soaked one: a kill "
                              "leaves it to take over, and restart_s is timed from each kill")
+    parser.add_argument("--soak-prepare", action="store_true",
+                        help="make the cluster before the soak begins: ingest requests until every topic is created and "
+                             "replay them once (jobs/controller.py --once); for --soak-topics in the thousands")
     parser.add_argument("--restart", action="store_true",
                         help="only the restart run: the continuous controller killed right after its first micro-batch, "
                              "started again (uses --soak-brokers, --soak-batch, --soak-driver-memory)")
