@@ -297,26 +297,39 @@ def stale_heartbeat(image: ClusterImage, data: dict) -> bool:
     return broker is None or broker.epoch != data["BrokerEpoch"]
 
 
-def steady_heartbeat(image: ClusterImage, state: ControllerState, data: dict, now_ms: int) -> bool | None:
+def running_sessions(image: ClusterImage, state: ControllerState) -> dict[int, Session]:
+    """The sessions a heartbeat may find steady, by broker id: of an unfenced broker's registered
+    incarnation, heard from, not in controlled shutdown. Found once for as long as no broker and no session
+    changes (as ``quiet_until``), so that ``steady_heartbeat`` asks one dictionary instead of reading the
+    broker and its session for each of the nine in ten requests that are heartbeats, on every shard."""
+    running = {}
+    for broker in image.brokers.values():
+        if broker.fenced:
+            continue
+        session = _known_session(state, broker)
+        if session is not None and session.shutdown_offset < 0 and session.contact_ms is not None:
+            running[broker.id] = session
+    return running
+
+
+def steady_heartbeat(image: ClusterImage, running: dict[int, Session], data: dict, now_ms: int) -> bool | None:
     """A heartbeat that keeps an unfenced, running broker as it is (nine in ten of a cluster's requests):
     ``IsCaughtUp`` of its answer, after the session's update; None, with nothing changed, for any other
-    heartbeat, which ``decide_broker_heartbeat`` must decide.
+    heartbeat, which ``decide_broker_heartbeat`` must decide. ``running``: ``running_sessions``, found
+    since brokers and sessions last changed.
 
     It is exactly the case where that decision makes no record and answers without error, unfenced, not
     to shut down, so a caller may skip building the decision, as long as it knows that no session expired
     and no leader-imbalance check is due (``quiet_until``, ``due_leader_balance``). A contact earlier than
     the session's last (event time going back) is left to the full path, so that contacts only grow here
     and the bound of ``quiet_until`` stays true."""
-    broker = image.brokers.get(data["BrokerId"])
-    if broker is None or broker.fenced or broker.epoch != data["BrokerEpoch"] or data["WantFence"] \
-            or data["WantShutDown"]:
-        return None
-    session = state.sessions.get(broker.id)
-    if session is None or session.epoch != broker.epoch or session.shutdown_offset >= 0 \
-            or session.contact_ms is None or session.contact_ms > now_ms:
+    session = running.get(data["BrokerId"])
+    # (a running session's epoch is its broker's)
+    if session is None or session.epoch != data["BrokerEpoch"] or data["WantFence"] or data["WantShutDown"] \
+            or session.contact_ms > now_ms:
         return None
     offline = data["OfflineLogDirs"]
-    if offline and any(d in broker.directories for d in offline):
+    if offline and any(d in image.brokers[data["BrokerId"]].directories for d in offline):
         return None
     offset = data["CurrentMetadataOffset"]
     session.contact_ms, session.metadata_offset = now_ms, offset

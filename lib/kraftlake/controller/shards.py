@@ -25,8 +25,9 @@ import pyarrow as pa
 
 from kraftlake.controller.anomalies import (IMBALANCE, IMBALANCE_PERCENTAGE, MIN_ISR, MIN_ISR_CONFIG, NEVER,
                                            RECOVERING, Anomalies, Leadership, Place, Seen, Thresholds, min_insync_replicas)
-from kraftlake.controller.cluster_control import (ControllerState, decided_cause, quiet_until, session_timeout_ms,
-                                                  shutting_down, stale_heartbeat, steady_heartbeat)
+from kraftlake.controller.cluster_control import (ControllerState, Session, decided_cause, quiet_until,
+                                                  running_sessions, session_timeout_ms, shutting_down, stale_heartbeat,
+                                                  steady_heartbeat)
 from kraftlake.controller.decisions import Context, Records, error_code, response
 from kraftlake.controller.dispatch import BROKER_REQUESTS, handle_request, merge_responses
 from kraftlake.controller.replication import altered_elsewhere
@@ -65,6 +66,7 @@ FAST_RUN = 32
 LEADER_COUNTS = "leader_counts"
 _FAST = object()  # ``latest_partitions``: the partition's state is in the columns, not an object
 _OFFSET = operator.itemgetter("offset")
+_TYPE = operator.itemgetter("type")
 
 
 def shard_of_topic(topic_id: str, shards: int) -> int:
@@ -144,8 +146,11 @@ def rows_table(name: str, op: str, offsets: np.ndarray | list[int], seqs: np.nda
 
 
 def _lists(values: list[tuple], codes: np.ndarray, item: pa.DataType) -> pa.Array:
-    """A list column from codes into a tuple table (``PartitionStore.ints`` / ``dirs``)."""
-    return pa.array(values, pa.list_(item)).take(pa.array(codes, pa.int32()))
+    """A list column from codes into a tuple table (``PartitionStore.ints`` / ``dirs``). Only the tuples
+    the codes name are converted: the table keeps every tuple the store ever held, thousands on a busy
+    cluster, and a failover's run asks for a few of them, six columns at a time."""
+    used, index = np.unique(codes, return_inverse=True)
+    return pa.array([values[code] for code in used.tolist()], pa.list_(item)).take(pa.array(index, pa.int32()))
 
 
 @dataclass
@@ -300,6 +305,7 @@ class _Step:
         # controlled shutdown (``shutting_down``); None: not known since brokers or sessions last changed
         self.quiet: int | None = None
         self.leaving: frozenset[int] | None = None
+        self.running: dict[int, Session] | None = None  # ``running_sessions``, found again at the same times
         # ``calm_until``, kept over a run of events that took the fast paths; None after any other event
         self.calm: int | None = None
         self.anomalies = state.anomalies
@@ -727,7 +733,10 @@ class _Step:
         records, and the answer only from shard 0 (every shard answers a broker request alike, and
         ``merged_responses`` keeps the first shard's). False, with nothing changed, when the request needs
         ``request``."""
-        caught_up = steady_heartbeat(self.image, self.state.controller, request["data"], request["timestamp"])
+        running = self.running
+        if running is None:
+            running = self.running = running_sessions(self.image, self.state.controller)
+        caught_up = steady_heartbeat(self.image, running, request["data"], request["timestamp"])
         if caught_up is None and not stale_heartbeat(self.image, request["data"]):  # (steady_heartbeat leaves
             return False                                                             # these alone)
         if self.unordered or self.shard == 0:  # the other shards have no answer to write
@@ -751,14 +760,14 @@ class _Step:
         if self.unordered:
             _canonical_order(self.image)
             self.unordered = False
-        if self.shard == 0:
+        if self.shard == 0:  # (the answer's ``data`` stays shared: nothing writes into an answer once made)
             row = row.copy()
-            row["offset"], row["timestamp"], row["data"] = request["offset"], request["timestamp"], row["data"].copy()
+            row["offset"], row["timestamp"] = request["offset"], request["timestamp"]
             self.out.add("responses", "response", request["offset"], row)
 
     def changed(self) -> None:
         """Brokers or their sessions may have changed: what ``quiet`` and ``leaving`` hold is to be found again."""
-        self.quiet = self.leaving = None
+        self.quiet = self.leaving = self.running = None
 
     def shutting_down(self) -> frozenset[int]:
         if self.leaving is None:
@@ -954,7 +963,7 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
         events = sorted(events, key=_OFFSET)
         if events and events[0]["offset"] <= last:
             events = [e for e in events if e["offset"] > last]
-        kinds = {e["type"] for e in events}
+        kinds = set(map(_TYPE, events))
         causing = [e for e in events if e["type"] in causes.CAUSE_TYPES] if kinds & causes.CAUSE_TYPES else []
         work.cause_types = {e["offset"]: e["type"] for e in causing}
         if columns and changes is None and "PartitionChangeRecord" in kinds:

@@ -195,6 +195,14 @@ class PartitionStore:
             return [PartitionRegistration(topic_id, *row) for row in zip(*values)]
         return [PartitionRegistration(*row) for row in zip(topic_id, *values)]
 
+    def make_one(self, row: int, topic_id: str) -> PartitionRegistration:
+        """The registration of one row (``make``'s): read value by value, since indexing fourteen columns with
+        an array costs more than the rest of an AlterPartition's decision."""
+        cols, ints, dirs = self.cols, self.ints.values, self.dirs.values
+        return PartitionRegistration(topic_id, *[
+            ints[cols[name].item(row)] if name in INT_LISTS else dirs[cols[name].item(row)] if name == "directories"
+            else cols[name].item(row) for name in FIELDS])
+
     def flush(self) -> None:
         """Write every registration assigned to a map since the last flush into the columns: in one write,
         not one per map (a column assignment costs the same for one row as for a hundred, and a heartbeat
@@ -379,7 +387,7 @@ class PartitionMap(MutableMapping):
     def __getitem__(self, partition_id: int) -> PartitionRegistration:
         found = self.objects.get(partition_id)
         if found is None:
-            found = self.store.make([self.rows[partition_id]], self.topic_id)[0]
+            found = self.store.make_one(self.rows[partition_id], self.topic_id)
             self.objects[partition_id] = found
         return found
 
