@@ -38,6 +38,7 @@ FEATURES = [{"Name": "metadata.version", "MinSupportedVersion": 1, "MaxSupported
 @pytest.fixture(autouse=True)
 def short_runs(monkeypatch):
     monkeypatch.setattr(shards, "FAST_RUN", 2)  # every stretch of two or more simple records goes to the columns
+    monkeypatch.setattr(shards, "DECIDED_RUN", 2)  # a decision's too
 
 
 def _request(type_: str, offset: int, timestamp: int, **data) -> dict:

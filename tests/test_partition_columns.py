@@ -65,6 +65,7 @@ def _rows(tables: dict) -> dict[str, list[str]]:
 @pytest.fixture(autouse=True)
 def short_runs(monkeypatch):
     monkeypatch.setattr(shards, "FAST_RUN", 2)  # every run of two or more goes to the columns
+    monkeypatch.setattr(shards, "DECIDED_RUN", 2)  # a decision's too
 
 
 @settings(max_examples=25, deadline=None)

@@ -62,11 +62,17 @@ FEATURE_EVENTS = frozenset({"FeatureLevelRecord", "KRaftVersionRecord"}) | MARKE
 # (``image.partition_changes``); shorter ones one by one, where the fixed cost of a column pass would
 # outweigh the records.
 FAST_RUN = 32
+# A decision's stretch of simple records (``_Step.shaped``) goes to the columns from this length: a column pass
+# has a fixed cost of about a millisecond (more amid AlterPartitions, whose registrations it writes and then
+# drops), a record one by one about 11 µs, and a controlled shutdown of a broker in 32 to 40 of a shard's ISRs
+# was a column pass in the soak's mix (docs/performance.md, "Requests through the pure core").
+DECIDED_RUN = 128
 # The shards' leadership counts for the leader imbalance, judged after them (``leader_imbalance``): no table's rows
 LEADER_COUNTS = "leader_counts"
 _FAST = object()  # ``latest_partitions``: the partition's state is in the columns, not an object
 _OFFSET = operator.itemgetter("offset")
 _TYPE = operator.itemgetter("type")
+_tuple_new = tuple.__new__
 
 
 def shard_of_topic(topic_id: str, shards: int) -> int:
@@ -256,7 +262,8 @@ class _Collector:
         self.seq = 0
 
     def add(self, table: str, op: str, offset: int, row: dict) -> None:
-        self.rows.append(Output(table, op, offset, self.seq, row))
+        # (``tuple.__new__`` is what ``Output(...)`` calls, through a Python function: a row per answer)
+        self.rows.append(_tuple_new(Output, (table, op, offset, self.seq, row)))
         self.seq += 1
 
     def seqs(self, count: int) -> np.ndarray:
@@ -860,7 +867,7 @@ class _Step:
             if kind[start] == 0:
                 continue
             index = np.arange(start, stop)
-            if kind[start] == 2 and not self._record_by_record(stop - start):
+            if kind[start] == 2 and stop - start >= DECIDED_RUN and not self._record_by_record(stop - start):
                 self.image.store.flush()
                 changes, rows = run.changes(self.image, request["offset"], request["timestamp"],
                                             request["leader_epoch"], index)
