@@ -16,10 +16,15 @@ from __future__ import annotations
 import json
 import random
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from kraftlake.codec.events import validate_event
 from kraftlake.controller import shards
+from kraftlake.controller.cluster_control import (ControllerState, decide_broker_heartbeat, running_sessions,
+                                                  steady_heartbeat)
+from kraftlake.controller.decisions import Context
 from kraftlake.controller.dispatch import BROKER_REQUESTS, PARTITION_REQUESTS, TOPIC_REQUESTS
 from kraftlake.controller.shards import ShardState, apply_outputs, routes, step
 from kraftlake.image.cluster_image import ClusterImage
@@ -305,3 +310,69 @@ def test_the_soak_mix_in_four_shards_decides_as_the_plain_path(chunk):
         assert rows(fast[name]) == rows(plain[name]), name
     assert fast_states == plain_states
     assert len(plain["responses"]) == len(events)
+
+
+def _states(events: list[dict], shards_: int) -> list[ShardState]:
+    """The shards' states after one step each over ``events``, read back from their bytes (no registration
+    made yet: every partition is only its row)."""
+    _, states = replayed(events, shards_, [], fast=True)
+    return [ShardState.from_bytes(raw) for raw in states]
+
+
+def test_a_steady_heartbeat_is_one_the_full_decision_keeps_as_it_is(logs):
+    """``steady_heartbeat`` over the sessions ``running_sessions`` found takes a heartbeat only where the full
+    decision (``decide_broker_heartbeat``) writes nothing and answers unfenced, not to shut down, with the
+    same IsCaughtUp and the same session after; every other heartbeat it leaves alone. Asked of every broker
+    of a cluster the hard log left in every state (fenced, shutting down, crashed, ...), with every bend."""
+    taken = 0
+    for cut in (700, 1500, 2400):
+        [state] = _states(logs[5][:cut], 1)
+        image, sessions = state.image, state.controller.sessions
+        now = max(s.contact_ms for s in sessions.values() if s.contact_ms is not None) + 1
+        for broker_id in [*image.brokers, 99]:
+            epoch = image.brokers[broker_id].epoch if broker_id in image.brokers else 5
+            directories = list(image.brokers[broker_id].directories) if broker_id in image.brokers else []
+            for bend in ({}, {"WantShutDown": True}, {"WantFence": True}, {"BrokerEpoch": epoch + 1},
+                         {"OfflineLogDirs": directories[:1]}, {"OfflineLogDirs": ["AAAAAAAAAAAAAAAAAAAAAA"]}):
+                request = {**validate_event({"type": "BrokerHeartbeatRequest", "timestamp": now, "data": {
+                    "BrokerId": broker_id, "BrokerEpoch": epoch, "CurrentMetadataOffset": 40, **bend}}),
+                    "offset": cut + 1}
+                fast, full = (ControllerState.from_dict(state.controller.to_dict()) for _ in range(2))
+                steady = steady_heartbeat(image, running_sessions(image, fast), request["data"], now)
+                decision = decide_broker_heartbeat(image.copy(), full, request,
+                                                   Context(now_ms=now, offset=cut + 1, whole_image=False))
+                if steady is None:
+                    assert fast.to_dict() == state.controller.to_dict()  # nothing changed
+                    continue
+                taken += 1
+                assert not decision.records
+                assert decision.response["data"] == {"ThrottleTimeMs": 0, "ErrorCode": 0, "IsCaughtUp": steady,
+                                                     "IsFenced": False, "ShouldShutDown": False}
+                assert fast.to_dict() == full.to_dict()
+    assert taken >= 10, taken
+
+
+def test_a_partition_made_from_its_row_is_the_one_made_in_bulk(logs):
+    """``PartitionStore.make_one`` (a registration read value by value) against ``make``, for every partition
+    of the images the hard logs leave (ELRs, directories, reassignments, recovering leaders among them)."""
+    made = 0
+    for events in logs.values():
+        for state in _states(events, 2):
+            store = state.image.store
+            for topic_id, topic in state.image.topics.items():
+                for row in topic.partitions.rows.values():
+                    assert store.make_one(row, topic_id) == store.make([row], topic_id)[0]
+                    made += 1
+    assert made >= 100, made
+
+
+def test_a_list_column_is_the_whole_tuple_table_taken_by_its_codes():
+    """``shards._lists`` converts only the tuples its codes name; the column is the one the whole table gives."""
+    rng = random.Random(4)
+    ints = [()] + [tuple(rng.sample(range(9), rng.randrange(1, 4))) for _ in range(300)]
+    dirs = [()] + [tuple(rng.choice("ABC") * 22 for _ in range(rng.randrange(1, 3))) for _ in range(20)]
+    for values, item in ((ints, pa.int32()), (dirs, pa.string())):
+        for size in (0, 1, 7, 500):
+            codes = np.array([rng.randrange(len(values)) for _ in range(size)], np.int32)
+            whole = pa.array(values, pa.list_(item)).take(pa.array(codes, pa.int32()))
+            assert shards._lists(values, codes, item).equals(whole)
