@@ -65,7 +65,7 @@ FAST_RUN = 32
 # A decision's stretch of simple records (``_Step.shaped``) goes to the columns from this length: a column pass
 # has a fixed cost of about a millisecond (more amid AlterPartitions, whose registrations it writes and then
 # drops), a record one by one about 11 µs, and a controlled shutdown of a broker in 32 to 40 of a shard's ISRs
-# was a column pass in the soak's mix (docs/performance.md, "Requests through the pure core").
+# was a column pass in the soak's mix (docs/performance.md, "The last 12 %").
 DECIDED_RUN = 128
 # The shards' leadership counts for the leader imbalance, judged after them (``leader_imbalance``): no table's rows
 LEADER_COUNTS = "leader_counts"
@@ -773,7 +773,8 @@ class _Step:
             self.out.add("responses", "response", request["offset"], row)
 
     def changed(self) -> None:
-        """Brokers or their sessions may have changed: what ``quiet`` and ``leaving`` hold is to be found again."""
+        """Brokers or their sessions may have changed: what ``quiet``, ``leaving`` and ``running`` hold is to be
+        found again."""
         self.quiet = self.leaving = self.running = None
 
     def shutting_down(self) -> frozenset[int]:

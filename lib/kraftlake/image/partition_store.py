@@ -197,7 +197,7 @@ class PartitionStore:
 
     def make_one(self, row: int, topic_id: str) -> PartitionRegistration:
         """The registration of one row (``make``'s): read value by value, since indexing fourteen columns with
-        an array costs more than the rest of an AlterPartition's decision."""
+        an array costs about as much as a whole AlterPartition decision."""
         cols, ints, dirs = self.cols, self.ints.values, self.dirs.values
         return PartitionRegistration(topic_id, *[
             ints[cols[name].item(row)] if name in INT_LISTS else dirs[cols[name].item(row)] if name == "directories"
