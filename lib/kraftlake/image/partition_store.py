@@ -17,6 +17,7 @@ on the columns flushes first and drops the made objects after (``PartitionStore.
 from __future__ import annotations
 
 import json
+import operator
 import zlib
 from collections.abc import Iterator, MutableMapping
 from typing import Iterable, NamedTuple
@@ -53,6 +54,7 @@ INT_LISTS = ("replicas", "isr", "removing_replicas", "adding_replicas", "elr", "
 LISTS = INT_LISTS + ("directories",)  # directories: codes into ``dirs``
 CODED = ((INT_LISTS, "ints"), (("directories",), "dirs"))  # the list columns coding into each tuple table
 LONGS = ("last_offset", "last_timestamp")
+_FIELD_VALUES = operator.attrgetter(*FIELDS)  # a registration's FIELDS, in order
 COLUMNS = {**{name: np.int64 if name in LONGS else np.int32 for name in FIELDS}, "topic": np.int32, "alive": np.bool_}
 _FORMAT = 1  # of ``to_bytes``
 
@@ -169,8 +171,8 @@ class PartitionStore:
         if not rows:
             return
         cols = self.cols
-        for name in FIELDS:
-            values = [getattr(r, name) for r in registrations]
+        rows = np.asarray(rows, np.int64)  # (once, not once per column: a failover writes every AlterPartition since)
+        for name, values in zip(FIELDS, zip(*map(_FIELD_VALUES, registrations))):
             if name in INT_LISTS:
                 values = self.ints.codes_of(values)
             elif name == "directories":
