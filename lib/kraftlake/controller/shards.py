@@ -11,11 +11,9 @@ same steps in-process and is the reference the Spark job is tested against.
 
 from __future__ import annotations
 
-import gc
 import json
 import operator
 import zlib
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Iterable, Iterator, Mapping, NamedTuple, Sequence
@@ -35,7 +33,7 @@ from kraftlake.image import causes, features, partition_changes
 from kraftlake.image.causes import Batch, Cause, Marks
 from kraftlake.image.cluster_image import (NO_LEADER, BrokerRegistration, ClusterImage, PartitionRegistration,
                                            normalize_uuid)
-from kraftlake.image.partition_changes import Shaped
+from kraftlake.image.partition_changes import Shaped, collector_paused
 from kraftlake.image.partitions import registration
 from kraftlake.image.partition_store import PartitionStore
 from kraftlake.image.replay import replay
@@ -960,7 +958,7 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
     column-wise runs are tested against); ``fast=False`` decides every request in full, with no fast path
     for the requests that change nothing (``_Step.settled``: the reference those are tested against).
     """
-    with gc_paused():
+    with collector_paused(age=False):
         image = state.image
         topics_before = _topics_snapshot(image)
         configs_before = {k: dict(v) for k, v in image.configs.items()} if shard == 0 else {}
@@ -1033,21 +1031,6 @@ def _batches(events: list[dict]) -> dict[tuple[str, int], Batch]:
         if source is not None and position is not None:
             found.setdefault((source, position), Batch([], {})).add(event["offset"], event["offset"], event)
     return found
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection inside: a step allocates a few objects per event (rows,
-    registrations) that all live until its end, and the collector, triggered every 700 allocations,
-    would walk the whole image again and again (a third of a step's time, measured; ADR 0004).
-    Reference counting still frees everything acyclic; the collector resumes afterwards."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _partition_rows(image: ClusterImage, entries: list[tuple[tuple[str, int], int, str]], seqs: np.ndarray) -> pa.Table:

@@ -127,7 +127,7 @@ class Shaped:
         """The records as dicts, made once: equal to the templates' with each record's TopicId and PartitionId."""
         if self._made is None:
             versions = [t["version"] for t in self.templates]
-            with _collector_paused():
+            with collector_paused():
                 self._made = [{"type": "PartitionChangeRecord", "version": versions[s], "data": data}
                               for s, data in zip(self.shape.tolist(), self.data(np.arange(len(self))))]
         return self._made
@@ -175,15 +175,16 @@ class Shaped:
 
 
 @contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while a record is made per partition, and what was allocated
-    meanwhile put straight into the oldest generation on the way out.
+def collector_paused(age: bool = True) -> Iterator[None]:
+    """Python's cyclic garbage collector off inside: a shard's step, or a record made per partition.
 
-    The records hold no cycles, but every few hundred thousand allocations make the collector walk
-    the whole image (hundreds of thousands of registrations): measured on 100,000 partitions, that
-    was 45% of a broker failover (docs/performance.md). Reference counting still frees everything.
-    Turned back on, the collector would first walk every record made meanwhile, as young objects (19% of
-    the failover at 10^6 partitions); in the oldest generation they are walked only by a full collection,
+    What is allocated there (rows, registrations, records) holds no cycles and lives until the block's end
+    or longer, but every few hundred allocations make the collector walk it all, and every few hundred
+    thousand the whole image (hundreds of thousands of registrations): a third of a step's time (ADR 0004),
+    45% of a broker failover on 100,000 partitions (docs/performance.md). Reference counting still frees
+    everything. With ``age``, what was allocated meanwhile is put straight into the oldest generation on
+    the way out: turned back on, the collector would first walk a failover's records as young objects (19%
+    of the failover at 10^6 partitions), while in the oldest generation only a full collection walks them,
     which usually comes after they are consumed and freed. (``gc.freeze`` then ``gc.unfreeze`` moves every
     tracked object there without walking any; skipped if anything else keeps objects frozen.)
     """
@@ -192,7 +193,7 @@ def _collector_paused() -> Iterator[None]:
     try:
         yield
     finally:
-        if gc.get_freeze_count() == 0:
+        if age and gc.get_freeze_count() == 0:
             gc.freeze()
             gc.unfreeze()
         if enabled:

@@ -32,10 +32,10 @@ import pyarrow.compute as pc
 from kraftlake.codec.events import json_bytes
 from kraftlake.controller.anomalies import IMBALANCE
 from kraftlake.controller.dispatch import merge_responses
-from kraftlake.controller.shards import (LEADER_COUNTS, SKIPPED, TOPIC_SCOPED, Block, Output, ShardState, gc_paused,
+from kraftlake.controller.shards import (LEADER_COUNTS, SKIPPED, TOPIC_SCOPED, Block, Output, ShardState,
                                         leader_imbalance, rows_table, step)
 from kraftlake.image.cluster_image import normalize_uuid
-from kraftlake.image.partition_changes import SIMPLE_RECOVERY_STATES, UNSET_FIELDS, Changes
+from kraftlake.image.partition_changes import SIMPLE_RECOVERY_STATES, UNSET_FIELDS, Changes, collector_paused
 from kraftlake.metadata.config import defaults
 from kraftlake.metadata.progress import Meter
 from kraftlake.metadata.schemas import StructSpec, registry
@@ -232,7 +232,7 @@ def shard_function(shards: int, kafka_config: Mapping[str, str], keys: list[int]
 
     def run(key: tuple, frames: Iterator[Any], state: Any) -> Iterator[Any]:
         shard = shard_of[int(key[0])]
-        with gc_paused():
+        with collector_paused(age=False):
             current = _load_state(shard, state.get[0] if state.exists else None)
             events, changes = events_of_frames(frames)
             outputs = step(shard, shards, current, events, config, changes=changes)
