@@ -175,6 +175,25 @@ def test_relative_and_file_uri_roots_become_absolute_paths(tmp_path: Path, monke
     assert DeltaRsTables(f"file://{tmp_path}/wh/").path("log") == str(tmp_path / "wh" / "log")
 
 
+def test_rows_by_offset_open_only_the_files_that_hold_them(tables: DeltaRsTables) -> None:
+    """A status line's lookups of one offset must not open every file of a log that gains one a second."""
+    chunks = [[0, 1, 2], [5], [6, 9, 10], [11]]
+    for chunk in chunks:
+        tables.append("metadata_log", log_rows(chunk), LOG)
+    rows = tables.read_offsets("metadata_log", 2, 9, ["type"])
+    assert rows.column_names == ["type"] and rows.num_rows == 4  # 2, 5, 6, 9
+    assert tables.read_offsets("metadata_log", 6, 6).column("offset").to_pylist() == [6]
+    assert tables.read_offsets("metadata_log", 3, 4).num_rows == 0
+    # the files holding 0..2 and 11 gone from disk: a read that opened them would fail
+    table = tables.table("metadata_log")
+    for action in pa.table(table.get_add_actions(flatten=True)).to_pylist():
+        if action["min.offset"] in (0, 11):
+            os.remove(os.path.join(tables.path("metadata_log"), action["path"]))
+    assert tables.read_offsets("metadata_log", 5, 10).column("offset").to_pylist() == [5, 6, 9, 10]
+    with pytest.raises(OSError):
+        tables.read_arrow("metadata_log", filter=pc.field("offset") == 6)
+
+
 def test_offset_helpers_with_gaps_many_files_and_compaction(tables: DeltaRsTables) -> None:
     chunks = [[0, 1, 2], [5], [6, 9, 10], [11], [20, 21, 22, 30]]
     for chunk in chunks:

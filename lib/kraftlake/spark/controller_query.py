@@ -589,7 +589,7 @@ def warm_up_query(warehouse: Warehouse, settings: ControllerSettings) -> None:
     ``WARM_UP_EVERY_S``: the JVM keeps what it loaded and compiled."""
     if not warehouse.exists("metadata_log"):
         return
-    head = warehouse.read_arrow("metadata_log", filter=pc.field("offset") < WARM_UP_ROWS)
+    head = warehouse.read_offsets("metadata_log", 0, WARM_UP_ROWS - 1)
     scratch = tempfile.mkdtemp(prefix="kraftlake-warm-up-")
     try:
         copy = Warehouse(scratch, engine=warehouse.engine, spark=warehouse.spark)

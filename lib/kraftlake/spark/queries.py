@@ -457,8 +457,7 @@ class MetadataLogEnd:
         return min((int(r.lo) for r in ranges), default=-1)
 
     def timestamp_ms(self, offset: int) -> int | None:
-        column = self.tables.read_arrow("metadata_log", columns=["timestamp"],
-                                        filter=pc.field("offset") == offset)["timestamp"]
+        column = self.tables.read_offsets("metadata_log", offset, offset, ["timestamp"])["timestamp"]
         if len(column) == 0:
             return None
         return pc.cast(column, pa.timestamp("ms", "UTC")).cast(pa.int64())[0].as_py()

@@ -260,7 +260,7 @@ class Follower:
         if not events:
             return
         lo, hi = events[0]["offset"], events[-1]["offset"]
-        rows = self.tables.read_arrow("metadata_log", filter=(pc.field("offset") >= lo) & (pc.field("offset") <= hi))
+        rows = self.tables.read_offsets("metadata_log", lo, hi)
         before = {e["offset"]: e for e in rows_to_events(rows)}
         now = rows_to_events(pa.Table.from_batches([events_to_arrow(events, rows.schema)]))
         for event in now:
