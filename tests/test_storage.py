@@ -194,6 +194,20 @@ def test_rows_by_offset_open_only_the_files_that_hold_them(tables: DeltaRsTables
         tables.read_arrow("metadata_log", filter=pc.field("offset") == 6)
 
 
+def test_rows_with_a_null_open_only_the_files_that_count_one(tables: DeltaRsTables) -> None:
+    schema = pa.schema([pa.field("kind", pa.string()), pa.field("end_offset", pa.int64())])
+    for kinds, ends in ((["a", "b"], [1, 2]), (["c"], [None]), (["d", "e"], [3, None]), (["f"], [4])):
+        tables.append("anomalies", pa.table({"kind": kinds, "end_offset": ends}, schema=schema), schema)
+    assert sorted(tables.read_nulls("anomalies", "end_offset").column("kind").to_pylist()) == ["c", "e"]
+    table = tables.table("anomalies")
+    for action in pa.table(table.get_add_actions(flatten=True)).to_pylist():
+        if action["null_count.end_offset"] == 0:
+            os.remove(os.path.join(tables.path("anomalies"), action["path"]))
+    assert sorted(tables.read_nulls("anomalies", "end_offset").column("kind").to_pylist()) == ["c", "e"]
+    with pytest.raises(OSError):
+        tables.read_arrow("anomalies", filter=pc.field("end_offset").is_null())
+
+
 def test_offset_helpers_with_gaps_many_files_and_compaction(tables: DeltaRsTables) -> None:
     chunks = [[0, 1, 2], [5], [6, 9, 10], [11], [20, 21, 22, 30]]
     for chunk in chunks:

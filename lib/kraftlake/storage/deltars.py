@@ -710,6 +710,17 @@ class DeltaRsTables:
             return read_range(self.table(name), "offset", lo - 1, hi, ["offset", *columns]).select(columns)
         return read_range(self.table(name), "offset", lo - 1, hi, columns)
 
+    def read_nulls(self, name: str, column: str) -> pa.Table:
+        """The rows whose ``column`` is null, from the files whose log statistics count a null in it (or have
+        none): ``anomalies``' open episodes, read every micro-batch, are in one or two of its hundreds of files
+        (207 after an hour's soak: 0.25 s of CPU a micro-batch to read them all)."""
+        table = self.table(name)
+        actions = pa.table(table.get_add_actions(flatten=True))
+        counts = actions.column(f"null_count.{column}").to_pylist() if f"null_count.{column}" in actions.column_names \
+            else [None] * actions.num_rows
+        paths = [path for path, nulls in zip(actions.column("path").to_pylist(), counts) if nulls is None or nulls > 0]
+        return dataset(table, paths).to_table(filter=pc.field(column).is_null())
+
     def max_value(self, name: str, column: str) -> Any:
         """Max of a top-level column from the log's file statistics (no data read when stats exist)."""
         if not self.exists(name):
