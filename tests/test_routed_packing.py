@@ -1,7 +1,7 @@
-"""The controller's events across the shuffle, packed (``controller_query.pack_routed``, ``unpacked_frame``),
+"""The controller's events across the shuffle, packed (``controller_query.pack_routed``, ``unpacked_frames``),
 checked without Spark: per source batch and shard one Arrow IPC stream of that shard's rows, which the
-shard turns back into the frame it would have got had every row crossed on its own (one per shard it goes
-to), as pyspark turns a group's Arrow rows into pandas.
+shard turns back into the frames it would have got had every row crossed on its own (one per shard it goes
+to), as pyspark turns a group's Arrow rows into pandas, batch by batch.
 
 The batches are written by hand as ``routed_columns`` hands them to ``mapInArrow``: column ``shard`` holds a
 topic's shard key, or null for an event that goes to every shard."""
@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from pandas.testing import assert_frame_equal
 
-from kraftlake.spark.controller_query import PACKED_SCHEMA, events_of_frames, pack_routed, unpacked_frame
+from kraftlake.spark.controller_query import PACKED_SCHEMA, events_of_frames, pack_routed, unpacked_frames
 
 KEYS = (5, 9, 2)  # group keys as ``queries.spread_keys`` gives them: not 0..n-1
 MAX, MIN = 2 ** 63 - 1, -(2 ** 63)
@@ -90,11 +90,14 @@ def test_each_shard_unpacks_the_rows_it_would_have_got_one_by_one() -> None:
     for key in KEYS:
         frames = [as_spark_frame(pa.Table.from_pylist([r], schema=_packed_arrow_schema()))
                   for r in reversed(rows) if r["shard"] == key]  # the shuffle keeps no order
-        got = unpacked_frame(frames)
-        expected = exploded([r for batch in BATCHES for r in batch], key)
-        assert_frame_equal(got, expected)  # the streams in the order of their first offsets
-        events, changes = events_of_frames(iter([got]))
-        want_events, want_changes = events_of_frames(iter([expected]))
+        got = list(unpacked_frames(frames))
+        # a frame per source batch with rows for the shard, in the order of their first offsets
+        expected = [exploded(batch, key) for batch in BATCHES if any(r["shard"] in (None, key) for r in batch)]
+        assert len(got) == len(expected) == (3 if key == 9 else 2)
+        for frame, want in zip(got, expected):
+            assert_frame_equal(frame, want)
+        events, changes = events_of_frames(iter(got))
+        want_events, want_changes = events_of_frames(iter(expected))
         assert sorted(events, key=lambda e: e["offset"]) == sorted(want_events, key=lambda e: e["offset"])
         assert (changes is None) == (want_changes is None) == (key != 9)
         if changes is not None:

@@ -260,15 +260,17 @@ def pack_routed(batches: Iterable[pa.RecordBatch], keys: tuple[int, ...]) -> Ite
              pa.array([blob for _, _, blob in parts], pa.binary())], names=["shard", "first", "rows"])
 
 
-def unpacked_frame(frames: Iterable[Any]) -> Any:
-    """A shard's ``routed_columns`` rows as one pandas frame, from the packed frames Spark hands the shard
-    (``pack_routed``), as pyspark turns Arrow into pandas (an int column with nulls as floats, lists as numpy
-    arrays). The streams go in the order of their first offsets; Spark's shuffle keeps no order, and ``step``
+def unpacked_frames(frames: Iterable[Any]) -> Iterator[Any]:
+    """A shard's ``routed_columns`` rows from the packed frames Spark hands the shard (``pack_routed``): a
+    pandas frame per stream, made as pyspark makes one of each Arrow batch of a group's rows (an int column
+    with nulls as floats, lists as numpy arrays), one at a time, so that no more is held at once than
+    before. The streams go in the order of their first offsets; Spark's shuffle keeps no order, and ``step``
     orders the events anyway."""
     blobs = sorted(((first, rows) for frame in frames for first, rows in zip(frame["first"].tolist(),
                                                                                frame["rows"].tolist())),
                    key=operator.itemgetter(0))
-    return pa.concat_tables([pa.ipc.open_stream(rows).read_all() for _, rows in blobs]).to_pandas()
+    for _, rows in blobs:
+        yield pa.ipc.open_stream(rows).read_all().to_pandas()
 
 
 def shard_function(shards: int, kafka_config: Mapping[str, str], keys: list[int] | None = None):
@@ -281,7 +283,7 @@ def shard_function(shards: int, kafka_config: Mapping[str, str], keys: list[int]
         shard = shard_of[int(key[0])]
         with collector_paused(age=False):
             current = _load_state(shard, state.get[0] if state.exists else None)
-            events, changes = events_of_frames(iter([unpacked_frame(frames)]))
+            events, changes = events_of_frames(unpacked_frames(frames))
             outputs = step(shard, shards, current, events, config, changes=changes)
             _save_state(shard, current, state)
             frame = outputs_frame(outputs)
