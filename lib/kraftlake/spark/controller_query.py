@@ -242,7 +242,7 @@ def pack_routed(batches: Iterable[pa.RecordBatch], keys: tuple[int, ...]) -> Ite
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        target = batch.column(0)
+        target = batch.column("shard")
         rows = batch.drop_columns(["shard"])
         if target.null_count == batch.num_rows:
             blob = _ipc(rows)
