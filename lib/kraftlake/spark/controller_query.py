@@ -22,8 +22,8 @@ import threading
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
-from functools import reduce
-from typing import Any, Callable, Iterator, Mapping, TextIO
+from functools import partial, reduce
+from typing import Any, Callable, Iterable, Iterator, Mapping, TextIO
 
 import numpy as np
 import pyarrow as pa
@@ -180,10 +180,10 @@ def _changes(frame: Any) -> Changes:
                    [None if v is None else tuple(v.tolist()) for v in frame["c_isr"].tolist()], ints("c_recovery"))
 
 
-def routed_events(spark_df: Any, shards: int, keys: list[int] | None = None) -> Any:
-    """Each event once per shard it goes to (``keys[shard]`` in column ``shard``: see
-    ``queries.group_keys``), its payload as JSON (a simple PartitionChangeRecord's as ``CHANGE_COLUMNS``, a
-    heartbeat's as ``HEARTBEAT_COLUMNS``); NoOpRecords dropped before the shuffle."""
+def routed_columns(spark_df: Any, shards: int, keys: list[int] | None = None) -> Any:
+    """Each event once, its payload as JSON (a simple PartitionChangeRecord's as ``CHANGE_COLUMNS``, a
+    heartbeat's as ``HEARTBEAT_COLUMNS``), and in column ``shard`` the one shard a topic's event goes to
+    (``keys[shard]``: see ``queries.group_keys``) or null for every shard; NoOpRecords dropped."""
     from pyspark.sql import functions as F
 
     present = set(spark_df.columns)
@@ -213,15 +213,64 @@ def routed_events(spark_df: Any, shards: int, keys: list[int] | None = None) -> 
     topic_ids = [F.col(f"{t}.{key}") for t, key in TOPIC_SCOPED.items() if t in present]
     topic_id = F.coalesce(*topic_ids) if topic_ids else F.lit(None).cast("string")
     keys = list(range(shards)) if keys is None else keys
-    one_shard = F.array(F.element_at(F.array(*[F.lit(k) for k in keys]),
-                                     (F.pmod(F.crc32(F.encode(topic_id, "UTF-8")), F.lit(shards)) + 1).cast("int")))
-    every_shard = F.array(*[F.lit(k) for k in keys])
-    targets = F.when(F.col("type").isin(*TOPIC_SCOPED), one_shard).otherwise(every_shard)
+    one_shard = F.element_at(F.array(*[F.lit(k) for k in keys]),
+                             (F.pmod(F.crc32(F.encode(topic_id, "UTF-8")), F.lit(shards)) + 1).cast("int"))
+    target = F.when(F.col("type").isin(*TOPIC_SCOPED), one_shard)
     return (spark_df.where(~F.col("type").isin(*SKIPPED))
-            .select(F.explode(targets).alias("shard"), "offset", "leader_epoch",
+            .select(target.alias("shard"), "offset", "leader_epoch",
                     F.unix_millis("timestamp").alias("ts"), "type", "version",
                     F.when(simple, F.lit(None).cast("string")).otherwise(payload).alias("payload"),
                     "source", "position", *columns))
+
+
+# What crosses the shuffle to the shards: per source Arrow batch and shard, that shard's rows of
+# ``routed_columns`` (without ``shard``) as one Arrow IPC stream, ``first`` its lowest offset.
+PACKED_SCHEMA = "shard int not null, first long not null, rows binary not null"
+
+
+def routed_events(spark_df: Any, shards: int, keys: list[int] | None = None) -> Any:
+    """``routed_columns`` packed by ``pack_routed``: a heartbeat, sent to every shard, is one row of a
+    shard's IPC stream instead of a row of its own per shard, which the JVM would convert to Arrow one by
+    one for ``applyInPandasWithState``."""
+    keys = list(range(shards)) if keys is None else keys
+    return routed_columns(spark_df, shards, keys).mapInArrow(partial(pack_routed, keys=tuple(keys)), PACKED_SCHEMA)
+
+
+def pack_routed(batches: Iterable[pa.RecordBatch], keys: tuple[int, ...]) -> Iterator[pa.RecordBatch]:
+    """``routed_columns``' batches as ``PACKED_SCHEMA`` rows: one per batch and shard that has rows in it.
+    Rows going to every shard are written once per shard; a batch of only such rows is written once."""
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        target = batch.column("shard")
+        rows = batch.drop_columns(["shard"])
+        if target.null_count == batch.num_rows:
+            blob = _ipc(rows)
+            parts = [(key, rows, blob) for key in keys]
+        else:
+            everyone = pc.is_null(target)
+            parts = []
+            for key in keys:
+                mine = rows.filter(pc.or_(everyone, pc.fill_null(pc.equal(target, key), False)))
+                if mine.num_rows:
+                    parts.append((key, mine, _ipc(mine)))
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([key for key, _, _ in parts], pa.int32()),
+             pa.array([pc.min(part.column("offset")).as_py() for _, part, _ in parts], pa.int64()),
+             pa.array([blob for _, _, blob in parts], pa.binary())], names=["shard", "first", "rows"])
+
+
+def unpacked_frames(frames: Iterable[Any]) -> Iterator[Any]:
+    """A shard's ``routed_columns`` rows from the packed frames Spark hands the shard (``pack_routed``): a
+    pandas frame per stream, made as pyspark makes one of each Arrow batch of a group's rows (an int column
+    with nulls as floats, lists as numpy arrays), one at a time, so that no more is held at once than
+    before. The streams go in the order of their first offsets; Spark's shuffle keeps no order, and ``step``
+    orders the events anyway."""
+    blobs = sorted(((first, rows) for frame in frames for first, rows in zip(frame["first"].tolist(),
+                                                                               frame["rows"].tolist())),
+                   key=operator.itemgetter(0))
+    for _, rows in blobs:
+        yield pa.ipc.open_stream(rows).read_all().to_pandas()
 
 
 def shard_function(shards: int, kafka_config: Mapping[str, str], keys: list[int] | None = None):
@@ -234,7 +283,7 @@ def shard_function(shards: int, kafka_config: Mapping[str, str], keys: list[int]
         shard = shard_of[int(key[0])]
         with collector_paused(age=False):
             current = _load_state(shard, state.get[0] if state.exists else None)
-            events, changes = events_of_frames(frames)
+            events, changes = events_of_frames(unpacked_frames(frames))
             outputs = step(shard, shards, current, events, config, changes=changes)
             _save_state(shard, current, state)
             frame = outputs_frame(outputs)
@@ -318,11 +367,11 @@ def typed_table(name: str, outputs: list[Output]) -> pa.Table:
     return table.set_column(0, "op", pa.array([o.op for o in outputs], pa.string()))
 
 
-def _ipc(table: pa.Table) -> bytes:
+def _ipc(table: pa.Table | pa.RecordBatch) -> bytes:
     sink = pa.BufferOutputStream()
     options = pa.ipc.IpcWriteOptions(compression="lz4" if pa.Codec.is_available("lz4") else None)
     with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
-        writer.write_table(table)
+        writer.write(table)
     return sink.getvalue().to_pybytes()
 
 
