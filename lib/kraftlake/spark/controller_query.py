@@ -180,7 +180,7 @@ def _changes(frame: Any) -> Changes:
                    [None if v is None else tuple(v.tolist()) for v in frame["c_isr"].tolist()], ints("c_recovery"))
 
 
-def routed_columns(spark_df: Any, shards: int, keys: list[int] | None = None) -> Any:
+def routed_columns(spark_df: Any, shards: int, keys: list[int]) -> Any:
     """Each event once, its payload as JSON (a simple PartitionChangeRecord's as ``CHANGE_COLUMNS``, a
     heartbeat's as ``HEARTBEAT_COLUMNS``), and in column ``shard`` the one shard a topic's event goes to
     (``keys[shard]``: see ``queries.group_keys``) or null for every shard; NoOpRecords dropped."""
@@ -212,7 +212,6 @@ def routed_columns(spark_df: Any, shards: int, keys: list[int] | None = None) ->
     simple = simple | plain  # rows whose payload crosses as columns
     topic_ids = [F.col(f"{t}.{key}") for t, key in TOPIC_SCOPED.items() if t in present]
     topic_id = F.coalesce(*topic_ids) if topic_ids else F.lit(None).cast("string")
-    keys = list(range(shards)) if keys is None else keys
     one_shard = F.element_at(F.array(*[F.lit(k) for k in keys]),
                              (F.pmod(F.crc32(F.encode(topic_id, "UTF-8")), F.lit(shards)) + 1).cast("int"))
     target = F.when(F.col("type").isin(*TOPIC_SCOPED), one_shard)
