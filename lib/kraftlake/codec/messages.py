@@ -258,8 +258,202 @@ def message_decoder(spec: MessageSpec, version: int) -> Decoder:
     return _compiled_for(_struct_decoder, spec, version)
 
 
+# ---- straight-line readers: the same decoding as one generated function per (message, version) ----
+#
+# The interpreter above calls a closure per field and a method per varint, on a Reader: ~1.9 µs of Python
+# calls for a PartitionChangeRecord, ~1.2 this way. From the same schemas, each (message, version) also gets Python source read straight
+# through (locals for the cursor, one ``struct`` unpack for each run of fixed-width fields, one-byte varints
+# inline), compiled once. It accepts exactly what the interpreter accepts and gives the same values; what
+# it does not accept it only refuses (``_Refused``), and the interpreter reads that message again to say
+# why, in its words: error texts have one source.
+
+class _Refused(Exception):
+    """The straight-line reader does not accept these bytes (the interpreter says why)."""
+
+
+_NOT_READ = (_Refused, ValueError, IndexError, struct.error)  # bytes.decode's UnicodeDecodeError is a ValueError
+_FIXED = {**{ktype: fmt.format[-1] for ktype, fmt in _INT.items()}, "bool": "B", "uuid": "16s"}
+
+
+def _long_uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    """(value, position after it) of a varint of more than one byte, refused where ``Reader.uvarint`` fails."""
+    result = shift = 0
+    while True:
+        if pos >= end:
+            raise _Refused
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise _Refused
+
+
+class _Source:
+    """The Python source of one (message, version)'s readers, and the values it names."""
+
+    def __init__(self, version: int, flexible: bool) -> None:
+        self.version, self.flexible = version, flexible
+        self.lines: list[str] = []
+        self.names: dict[str, Any] = {"_Refused": _Refused, "_long_uvarint": _long_uvarint, "_numbers": _numbers,
+                                      "_uuid": uuids.from_bytes, "STRING_MAX_BYTES": STRING_MAX_BYTES}
+
+    def name(self, value: Any, prefix: str) -> str:
+        """A name in the generated module bound to ``value``."""
+        name = f"{prefix}{len(self.names)}"
+        self.names[name] = value
+        return name
+
+    def uvarint(self, out: list[str], pad: str, var: str) -> None:
+        out += [f"{pad}if pos < end and buf[pos] < 0x80:",
+                f"{pad}    {var} = buf[pos]",
+                f"{pad}    pos += 1",
+                f"{pad}else:",
+                f"{pad}    {var}, pos = _long_uvarint(buf, pos, end)"]
+
+    def fixed(self, out: list[str], pad: str, run: list[tuple[str, str]]) -> None:
+        """Consecutive fixed-width values (Kafka type, variable) read by one unpack, refused when any of them
+        is not all there (reading them one by one would fail at that one); ``run`` emptied."""
+        if not run:
+            return
+        fmt = self.name(struct.Struct(">" + "".join(_FIXED[ktype] for ktype, _ in run)), "S")
+        out += [f"{pad}if pos + {fmt}.size > end:", f"{pad}    raise _Refused",
+                f"{pad}{', '.join(var for _, var in run)}, = {fmt}.unpack_from(buf, pos)", f"{pad}pos += {fmt}.size"]
+        for ktype, var in run:
+            if ktype == "bool":
+                out.append(f"{pad}{var} = {var} != 0")
+            elif ktype == "uuid":
+                out.append(f"{pad}{var} = _uuid({var})")
+        run.clear()
+
+    def length(self, out: list[str], pad: str, wide: bool, nullable: bool, var: str) -> None:
+        """A string's or bytes' length into ``var``, refused as ``_primitive_decoder``'s null check refuses."""
+        if self.flexible:
+            self.uvarint(out, pad, var)
+            out.append(f"{pad}{var} -= 1")
+        else:
+            self.fixed(out, pad, [("int32" if wide else "int16", var)])
+        out += [f"{pad}if {var} < {-1 if nullable else 0}:", f"{pad}    raise _Refused"]
+
+    def primitive(self, out: list[str], pad: str, ktype: str, nullable: bool, var: str) -> None:
+        """Code reading one value of Kafka type ``ktype`` into ``var``, as ``_primitive_decoder``'s reader."""
+        if ktype in _FIXED:
+            self.fixed(out, pad, [(ktype, var)])
+            return
+        if ktype not in ("string", "bytes", "records"):
+            raise MessageError(f"unknown Kafka type {ktype}")
+        string = ktype == "string"
+        self.length(out, pad, not string, nullable, "n")
+        out += [f"{pad}if n == -1:", f"{pad}    {var} = None", f"{pad}else:"]
+        if string:
+            out += [f"{pad}    if n > STRING_MAX_BYTES:", f"{pad}        raise _Refused"]
+        out += [f"{pad}    if pos + n > end:", f"{pad}        raise _Refused",
+                f"{pad}    {var} = buf[pos:pos + n]{'.decode()' if string else ''}", f"{pad}    pos += n"]
+
+    def field(self, out: list[str], pad: str, spec: FieldSpec, var: str) -> None:
+        """Code reading field ``spec`` into ``var``, as ``_field_decoder``'s reader."""
+        nullable = self.version in spec.nullable_versions
+        if not spec.is_array:
+            if spec.struct is None:
+                self.primitive(out, pad, spec.element, nullable, var)
+                return
+            read = self.struct(spec.struct)
+            if nullable:
+                self.fixed(out, pad, [("int8", "present")])
+                out += [f"{pad}if present < 0:", f"{pad}    {var} = None", f"{pad}else:",
+                        f"{pad}    {var}, pos = {read}(buf, pos, end)"]
+            else:
+                out.append(f"{pad}{var}, pos = {read}(buf, pos, end)")
+            return
+        if self.flexible:
+            self.uvarint(out, pad, "n")
+            out.append(f"{pad}n -= 1")
+        else:
+            self.fixed(out, pad, [("int32", "n")])
+        if nullable:
+            out += [f"{pad}if n == -1:", f"{pad}    {var} = None", f"{pad}elif n < 0 or n > end - pos:"]
+        else:
+            out.append(f"{pad}if n < 0 or n > end - pos:")
+        out.append(f"{pad}    raise _Refused")
+        if spec.struct is None and spec.element in _INT:
+            size, code = _INT[spec.element].size, _INT[spec.element].format[-1]
+            out += [f"{pad}elif pos + n * {size} > end:", f"{pad}    raise _Refused",
+                    f"{pad}else:", f"{pad}    {var} = list(_numbers(n, {code!r}).unpack_from(buf, pos))",
+                    f"{pad}    pos += n * {size}"]
+            return
+        out += [f"{pad}else:", f"{pad}    {var} = []", f"{pad}    for _ in range(n):"]
+        if spec.struct is not None:
+            out.append(f"{pad}        item, pos = {self.struct(spec.struct)}(buf, pos, end)")
+        else:
+            self.primitive(out, pad + "        ", spec.element, nullable, "item")
+        out.append(f"{pad}        {var}.append(item)")
+
+    def struct(self, spec: StructSpec) -> str:
+        """A generated function ``(buf, pos, end) -> (dict, pos)`` reading ``spec`` as ``_struct_decoder``'s
+        reader (fields in the schema's order, defaults where absent); its name."""
+        version, flexible = self.version, self.flexible
+        body: list[str] = []
+        values: dict[str, str] = {}
+        tagged: list[tuple[FieldSpec, str]] = []
+        run: list[tuple[str, str]] = []  # (Kafka type, variable) of consecutive fixed-width fields
+        for index, f in enumerate(spec.fields):
+            var = f"f{index}"
+            if version in f.versions and not (flexible and version in f.tagged_versions):
+                values[f.name] = var
+                if not f.is_array and f.struct is None and f.element in _FIXED:
+                    run.append((f.element, var))
+                    continue
+                self.fixed(body, "    ", run)
+                self.field(body, "    ", f, var)
+                continue
+            default = f.default()
+            values[f.name] = (f"{self.name(f.default, 'D')}()" if isinstance(default, (list, dict))
+                              else self.name(default, "D"))
+            if version in f.versions:
+                tagged.append((f, var))
+        self.fixed(body, "    ", run)
+        if flexible:
+            for f, var in tagged:
+                body.append(f"    {var} = {values[f.name]}")
+                values[f.name] = var
+            self.uvarint(body, "    ", "count")
+            body.append("    for _ in range(count):")
+            self.uvarint(body, "        ", "tag")
+            self.uvarint(body, "        ", "size")
+            body += ["        if pos + size > end:", "            raise _Refused"]
+            for f, var in tagged:
+                body += [f"        if tag == {f.tag}:", "            outer, end = end, pos + size"]
+                self.field(body, "            ", f, var)
+                body += ["            if pos != end:", "                raise _Refused", "            end = outer",
+                         "            continue"]
+            body.append("        pos += size")
+        name = f"read_{spec.name}_{len(self.lines)}"
+        self.lines += [f"def {name}(buf, pos, end):", *body,
+                       "    return {" + ", ".join(f"{k!r}: {v}" for k, v in values.items()) + "}, pos", ""]
+        return name
+
+
+def _straight_line_decoder(spec: MessageSpec, version: int, flexible: bool) -> Callable[[bytes], dict]:
+    """One whole message read by generated code (see ``_Source``); raises one of ``_NOT_READ`` where
+    ``decode_message``'s interpreter would raise."""
+    source = _Source(version, flexible)
+    read = source.struct(spec)
+    source.lines += ["def read_message(buf):", f"    data, pos = {read}(buf, 0, len(buf))",
+                     "    if pos != len(buf):", "        raise _Refused", "    return data"]
+    namespace = dict(source.names)
+    exec(compile("\n".join(source.lines), f"<{spec.name} v{version} reader>", "exec"), namespace)
+    return namespace["read_message"]
+
+
 def decode_message(spec: MessageSpec, version: int, buf: bytes | memoryview) -> dict:
     """Decode one whole message; trailing bytes are an error, as in Kafka's MetadataRecordSerde."""
+    read = _compiled_for(_straight_line_decoder, spec, version)
+    try:
+        return read(buf if isinstance(buf, bytes) else bytes(buf))
+    except _NOT_READ:
+        pass  # the interpreter reads it again, to say what is wrong
     reader = Reader(buf)
     data = message_decoder(spec, version)(reader)
     if reader.remaining():
