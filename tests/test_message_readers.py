@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from kraftlake.codec import messages
+from kraftlake.codec import batches, messages
 from kraftlake.codec.batches import BadRecord, records
 from kraftlake.codec.logdir import file_batches
-from kraftlake.codec.messages import MessageError, Reader, decode_message, encode_message, message_decoder
+from kraftlake.codec.messages import (MessageError, Reader, decode_message, encode_message, message_decoder,
+                                      write_varint)
 from kraftlake.metadata.schemas import INT_RANGES, FieldSpec, MessageSpec, registry
 
 FIXTURES = ("single-broker-shutdown", "single-broker-snapshot", "single-broker-restarts", "three-brokers-restarts")
@@ -34,7 +35,7 @@ def straight_line(spec: MessageSpec, version: int, buf: bytes) -> dict | None:
     """The generated reader's; None where it refuses."""
     try:
         return messages._compiled_for(messages._straight_line_decoder, spec, version)(buf)
-    except messages._NOT_READ:
+    except messages.NOT_READ:
         return None
 
 
@@ -145,3 +146,53 @@ def test_what_the_straight_line_reader_refuses_fails_in_the_interpreters_words()
     with pytest.raises(MessageError, match=r"^1 bytes left over after PartitionRecord v1$"):
         decode_message(spec, 1, whole + b"\x00")
     assert decode_message(spec, 1, whole) == data
+
+
+def framed_by_reader(payload: bytes, pos: int):
+    try:
+        return batches._frame_by_reader(payload, pos, 0)
+    except MessageError:
+        return None
+
+
+def framed_straight(payload: bytes, pos: int):
+    try:
+        return batches._frame(payload, pos, len(payload))
+    except messages.NOT_READ:
+        return None
+
+
+def record_with_headers() -> bytes:
+    """A record with a key, varints of several bytes and two headers (one of a null key and value)."""
+    body = bytearray(b"\x00")
+    for value in (-3, 70_000):
+        write_varint(body, value)
+    for part in (b"key", b"v" * 300):
+        write_varint(body, len(part))
+        body += part
+    write_varint(body, 2)
+    for size in (1, 2, -1, -1):
+        write_varint(body, size)
+        body += b"h" * max(size, 0)
+    out = bytearray()
+    write_varint(out, len(body))
+    return bytes(out + body) * 2
+
+
+def test_record_framing_read_straight_through_agrees_with_the_readers_on_real_and_damaged_records(fixtures_dir):
+    rng = random.Random(62)
+    payloads = [batch.payload for name in FIXTURES for path in sorted((fixtures_dir / name).rglob("*.log"))
+                for batch in file_batches(path) if hasattr(batch, "payload")]
+    record = record_with_headers()
+    payloads += [record[:at] + bytes([byte]) + record[at + 1:] for at in range(len(record)) for byte in (0x01, 0x7E, 0xFF)]
+    framed = 0
+    for payload in payloads:
+        for damaged in mutated(rng, payload)[:4]:
+            pos = 0
+            while pos < len(damaged):
+                expected = framed_by_reader(damaged, pos)
+                assert framed_straight(damaged, pos) == expected, (damaged.hex(), pos)
+                if expected is None:
+                    break
+                pos, framed = expected[0], framed + 1
+    assert framed > 10_000

@@ -217,19 +217,22 @@ def _decode_value(batch: RecordBatch, record: batches.Record) -> tuple[str, int,
         if version not in spec.valid_versions:
             version = 0
         return spec.name, version, decode_message(spec, version, value)
-    if record.value is None:
+    value = record.value
+    if value is None:
         raise MessageError("metadata record without a value")
-    reader = Reader(record.value)
-    frame = reader.uvarint()
-    if frame != METADATA_FRAME_VERSION:
-        raise MessageError(f"unsupported metadata record frame version {frame}")
-    api_key = reader.uvarint()
-    version = reader.uvarint()
+    if len(value) > 2 and value[0] == METADATA_FRAME_VERSION and value[1] < 0x80 and value[2] < 0x80:
+        api_key, version, start = value[1], value[2], 3  # the frame's three varints, one byte each as a rule
+    else:
+        reader = Reader(value)
+        frame = reader.uvarint()
+        if frame != METADATA_FRAME_VERSION:
+            raise MessageError(f"unsupported metadata record frame version {frame}")
+        api_key, version, start = reader.uvarint(), reader.uvarint(), reader.pos
     spec = schemas.metadata_by_api_key.get(api_key)
     if spec is None:
         raise LookupError(f"unknown metadata record api key {api_key}")
     # positions in a message's errors count from its own first byte
-    return spec.name, version, decode_message(spec, version, record.value[reader.pos:])
+    return spec.name, version, decode_message(spec, version, value[start:])
 
 
 def decode_buffer(buf: bytes | memoryview, source: str, first_offset: int | None = None,

@@ -264,23 +264,23 @@ def message_decoder(spec: MessageSpec, version: int) -> Decoder:
 # calls for a PartitionChangeRecord, ~1.2 this way. From the same schemas, each (message, version) also gets Python source read straight
 # through (locals for the cursor, one ``struct`` unpack for each run of fixed-width fields, one-byte varints
 # inline), compiled once. It accepts exactly what the interpreter accepts and gives the same values; what
-# it does not accept it only refuses (``_Refused``), and the interpreter reads that message again to say
+# it does not accept it only refuses (``Refused``), and the interpreter reads that message again to say
 # why, in its words: error texts have one source.
 
-class _Refused(Exception):
+class Refused(Exception):
     """The straight-line reader does not accept these bytes (the interpreter says why)."""
 
 
-_NOT_READ = (_Refused, ValueError, IndexError, struct.error)  # bytes.decode's UnicodeDecodeError is a ValueError
+NOT_READ = (Refused, ValueError, IndexError, struct.error)  # bytes.decode's UnicodeDecodeError is a ValueError
 _FIXED = {**{ktype: fmt.format[-1] for ktype, fmt in _INT.items()}, "bool": "B", "uuid": "16s"}
 
 
-def _long_uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+def long_uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     """(value, position after it) of a varint of more than one byte, refused where ``Reader.uvarint`` fails."""
     result = shift = 0
     while True:
         if pos >= end:
-            raise _Refused
+            raise Refused
         b = buf[pos]
         pos += 1
         result |= (b & 0x7F) << shift
@@ -288,7 +288,7 @@ def _long_uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
             return result, pos
         shift += 7
         if shift > 63:
-            raise _Refused
+            raise Refused
 
 
 class _Source:
@@ -297,7 +297,7 @@ class _Source:
     def __init__(self, version: int, flexible: bool) -> None:
         self.version, self.flexible = version, flexible
         self.lines: list[str] = []
-        self.names: dict[str, Any] = {"_Refused": _Refused, "_long_uvarint": _long_uvarint, "_numbers": _numbers,
+        self.names: dict[str, Any] = {"Refused": Refused, "long_uvarint": long_uvarint, "_numbers": _numbers,
                                       "_uuid": uuids.from_bytes, "STRING_MAX_BYTES": STRING_MAX_BYTES}
 
     def name(self, value: Any, prefix: str) -> str:
@@ -311,7 +311,7 @@ class _Source:
                 f"{pad}    {var} = buf[pos]",
                 f"{pad}    pos += 1",
                 f"{pad}else:",
-                f"{pad}    {var}, pos = _long_uvarint(buf, pos, end)"]
+                f"{pad}    {var}, pos = long_uvarint(buf, pos, end)"]
 
     def fixed(self, out: list[str], pad: str, run: list[tuple[str, str]]) -> None:
         """Consecutive fixed-width values (Kafka type, variable) read by one unpack, refused when any of them
@@ -319,7 +319,7 @@ class _Source:
         if not run:
             return
         fmt = self.name(struct.Struct(">" + "".join(_FIXED[ktype] for ktype, _ in run)), "S")
-        out += [f"{pad}if pos + {fmt}.size > end:", f"{pad}    raise _Refused",
+        out += [f"{pad}if pos + {fmt}.size > end:", f"{pad}    raise Refused",
                 f"{pad}{', '.join(var for _, var in run)}, = {fmt}.unpack_from(buf, pos)", f"{pad}pos += {fmt}.size"]
         for ktype, var in run:
             if ktype == "bool":
@@ -335,7 +335,7 @@ class _Source:
             out.append(f"{pad}{var} -= 1")
         else:
             self.fixed(out, pad, [("int32" if wide else "int16", var)])
-        out += [f"{pad}if {var} < {-1 if nullable else 0}:", f"{pad}    raise _Refused"]
+        out += [f"{pad}if {var} < {-1 if nullable else 0}:", f"{pad}    raise Refused"]
 
     def primitive(self, out: list[str], pad: str, ktype: str, nullable: bool, var: str) -> None:
         """Code reading one value of Kafka type ``ktype`` into ``var``, as ``_primitive_decoder``'s reader."""
@@ -348,8 +348,8 @@ class _Source:
         self.length(out, pad, not string, nullable, "n")
         out += [f"{pad}if n == -1:", f"{pad}    {var} = None", f"{pad}else:"]
         if string:
-            out += [f"{pad}    if n > STRING_MAX_BYTES:", f"{pad}        raise _Refused"]
-        out += [f"{pad}    if pos + n > end:", f"{pad}        raise _Refused",
+            out += [f"{pad}    if n > STRING_MAX_BYTES:", f"{pad}        raise Refused"]
+        out += [f"{pad}    if pos + n > end:", f"{pad}        raise Refused",
                 f"{pad}    {var} = buf[pos:pos + n]{'.decode()' if string else ''}", f"{pad}    pos += n"]
 
     def field(self, out: list[str], pad: str, spec: FieldSpec, var: str) -> None:
@@ -376,10 +376,10 @@ class _Source:
             out += [f"{pad}if n == -1:", f"{pad}    {var} = None", f"{pad}elif n < 0 or n > end - pos:"]
         else:
             out.append(f"{pad}if n < 0 or n > end - pos:")
-        out.append(f"{pad}    raise _Refused")
+        out.append(f"{pad}    raise Refused")
         if spec.struct is None and spec.element in _INT:
             size, code = _INT[spec.element].size, _INT[spec.element].format[-1]
-            out += [f"{pad}elif pos + n * {size} > end:", f"{pad}    raise _Refused",
+            out += [f"{pad}elif pos + n * {size} > end:", f"{pad}    raise Refused",
                     f"{pad}else:", f"{pad}    {var} = list(_numbers(n, {code!r}).unpack_from(buf, pos))",
                     f"{pad}    pos += n * {size}"]
             return
@@ -422,11 +422,11 @@ class _Source:
             body.append("    for _ in range(count):")
             self.uvarint(body, "        ", "tag")
             self.uvarint(body, "        ", "size")
-            body += ["        if pos + size > end:", "            raise _Refused"]
+            body += ["        if pos + size > end:", "            raise Refused"]
             for f, var in tagged:
                 body += [f"        if tag == {f.tag}:", "            outer, end = end, pos + size"]
                 self.field(body, "            ", f, var)
-                body += ["            if pos != end:", "                raise _Refused", "            end = outer",
+                body += ["            if pos != end:", "                raise Refused", "            end = outer",
                          "            continue"]
             body.append("        pos += size")
         name = f"read_{spec.name}_{len(self.lines)}"
@@ -436,12 +436,12 @@ class _Source:
 
 
 def _straight_line_decoder(spec: MessageSpec, version: int, flexible: bool) -> Callable[[bytes], dict]:
-    """One whole message read by generated code (see ``_Source``); raises one of ``_NOT_READ`` where
+    """One whole message read by generated code (see ``_Source``); raises one of ``NOT_READ`` where
     ``decode_message``'s interpreter would raise."""
     source = _Source(version, flexible)
     read = source.struct(spec)
     source.lines += ["def read_message(buf):", f"    data, pos = {read}(buf, 0, len(buf))",
-                     "    if pos != len(buf):", "        raise _Refused", "    return data"]
+                     "    if pos != len(buf):", "        raise Refused", "    return data"]
     namespace = dict(source.names)
     exec(compile("\n".join(source.lines), f"<{spec.name} v{version} reader>", "exec"), namespace)
     return namespace["read_message"]
@@ -452,7 +452,7 @@ def decode_message(spec: MessageSpec, version: int, buf: bytes | memoryview) -> 
     read = _compiled_for(_straight_line_decoder, spec, version)
     try:
         return read(buf if isinstance(buf, bytes) else bytes(buf))
-    except _NOT_READ:
+    except NOT_READ:
         pass  # the interpreter reads it again, to say what is wrong
     reader = Reader(buf)
     data = message_decoder(spec, version)(reader)
