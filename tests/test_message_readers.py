@@ -184,7 +184,8 @@ def test_record_framing_read_straight_through_agrees_with_the_readers_on_real_an
     payloads = [batch.payload for name in FIXTURES for path in sorted((fixtures_dir / name).rglob("*.log"))
                 for batch in file_batches(path) if hasattr(batch, "payload")]
     record = record_with_headers()
-    payloads += [record[:at] + bytes([byte]) + record[at + 1:] for at in range(len(record)) for byte in (0x01, 0x7E, 0xFF)]
+    payloads += [record[:at] + bytes([byte]) + record[at + 1:]
+                 for at in range(len(record)) for byte in (0x01, 0x7E, 0xFF)]
     framed = 0
     for payload in payloads:
         for damaged in mutated(rng, payload)[:4]:

@@ -18,7 +18,8 @@ import crc32c
 
 from kraftlake.codec import compression
 from kraftlake.codec.bounds import Limits, TooLarge, default_limits
-from kraftlake.codec.messages import NOT_READ, MessageError, Reader, Refused, long_uvarint, write_uvarint, write_varint
+from kraftlake.codec.messages import (NOT_READ, MessageError, Reader, Refused, long_uvarint, write_uvarint,
+                                      write_varint)
 from kraftlake.metadata.rejections import RAW_LIMIT
 
 # baseOffset int64, batchLength int32, partitionLeaderEpoch int32, magic int8, crc uint32,

@@ -261,11 +261,12 @@ def message_decoder(spec: MessageSpec, version: int) -> Decoder:
 # ---- straight-line readers: the same decoding as one generated function per (message, version) ----
 #
 # The interpreter above calls a closure per field and a method per varint, on a Reader: ~1.9 µs of Python
-# calls for a PartitionChangeRecord, ~1.2 this way. From the same schemas, each (message, version) also gets Python source read straight
-# through (locals for the cursor, one ``struct`` unpack for each run of fixed-width fields, one-byte varints
-# inline), compiled once. It accepts exactly what the interpreter accepts and gives the same values; what
-# it does not accept it only refuses (``Refused``), and the interpreter reads that message again to say
-# why, in its words: error texts have one source.
+# calls a message of a generated log (PartitionChangeRecords, NoOpRecords), ~1.2 this way. From the same
+# schemas, each (message, version) also gets Python source read straight through (locals for the cursor,
+# one ``struct`` unpack for each run of fixed-width fields, one-byte varints inline), compiled once. It
+# accepts exactly what the interpreter accepts and gives the same values; what it does not accept it only
+# refuses (``Refused``), and the interpreter reads that message again to say why, in its words: error
+# texts have one source.
 
 class Refused(Exception):
     """The straight-line reader does not accept these bytes (the interpreter says why)."""
@@ -320,7 +321,8 @@ class _Source:
             return
         fmt = self.name(struct.Struct(">" + "".join(_FIXED[ktype] for ktype, _ in run)), "S")
         out += [f"{pad}if pos + {fmt}.size > end:", f"{pad}    raise Refused",
-                f"{pad}{', '.join(var for _, var in run)}, = {fmt}.unpack_from(buf, pos)", f"{pad}pos += {fmt}.size"]
+                f"{pad}{', '.join(var for _, var in run)}, = {fmt}.unpack_from(buf, pos)",
+                f"{pad}pos += {fmt}.size"]
         for ktype, var in run:
             if ktype == "bool":
                 out.append(f"{pad}{var} = {var} != 0")
