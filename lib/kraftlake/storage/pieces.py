@@ -16,8 +16,8 @@ import os
 import threading
 import time
 from collections import deque
-from contextlib import contextmanager
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, Union
 
