@@ -68,6 +68,8 @@ class Tables(Protocol):
     def backfill(self, name: str, data: pa.RecordBatchReader, schema: pa.Schema, txn: tuple[str, int],
                  read_version: int, replaced: str | None, note: dict) -> None: ...
 
+    def compact(self, name: str, column: str) -> bool: ...
+
 
 class StrictModeError(RuntimeError):
     def __init__(self, rejection: Rejection):
@@ -867,6 +869,7 @@ def _ingest_source(tables: Tables, source: str, strict: bool, full_history: bool
     else:
         raise Conflict(f"{path}: other writers committed to metadata_log during each of {INGEST_ATTEMPTS} attempts "
                        "to ingest this source; nothing of it was committed, run the ingest again")
+    tables.compact("metadata_log", "offset")  # a continuous ingest's commits, a small file each, kept few
     if quorum_files:
         tables.append("quorum_files", pa.Table.from_pylist(quorum_files, table_arrow_schema("quorum_files")),
                       table_arrow_schema("quorum_files"), txn)
