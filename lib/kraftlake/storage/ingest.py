@@ -869,13 +869,13 @@ def _ingest_source(tables: Tables, source: str, strict: bool, full_history: bool
     else:
         raise Conflict(f"{path}: other writers committed to metadata_log during each of {INGEST_ATTEMPTS} attempts "
                        "to ingest this source; nothing of it was committed, run the ingest again")
-    tables.compact("metadata_log", "offset")  # a continuous ingest's commits, a small file each, kept few
     if quorum_files:
         tables.append("quorum_files", pa.Table.from_pylist(quorum_files, table_arrow_schema("quorum_files")),
                       table_arrow_schema("quorum_files"), txn)
     # Committed even when empty: the transaction id is what marks the source as fully ingested.
     tables.append("rejected", rejections_to_arrow(sequencer.rejections + quorum_rejections),
                   table_arrow_schema("rejected"), txn)
+    tables.compact("metadata_log", "offset")  # a continuous ingest's commits, a small file each, kept few
     progress.finish(summary.records)
     summary.seconds = time.monotonic() - started
     return summary
