@@ -19,7 +19,7 @@ from kraftlake.codec.logdir import decode_buffer
 from kraftlake.codec.writer import encode_events
 from kraftlake.sim.sample import build_events
 from kraftlake.spark import controller_query as streaming
-from kraftlake.storage import DeltaRsTables, Warehouse
+from kraftlake.storage import DeltaRsTables, Warehouse, deltars
 from kraftlake.storage.follow import Follower, FollowError, LogRewritten
 from kraftlake.storage.tables import rows_to_events
 from servers import start, stop, wait_for
@@ -266,3 +266,22 @@ def test_follow_job_and_running_controller_reflect_each_write(spark, tmp_path: P
         if query is not None:
             query.stop()
         stop(follower)
+
+
+def test_a_follower_keeps_the_log_few_files_and_the_same_records(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file a poll: its small files are rewritten into one as they gather (``DeltaRsTables.compact``), and a
+    restarted follower still resumes after the log's end and finds the records it compares unchanged."""
+    monkeypatch.setattr(deltars, "COMPACT_FILES", 3)
+    node, tables, follower = live_directory(tmp_path)
+    for count in (4, 5, 6, 7):
+        node.append(count)
+        assert follower.poll().records == count
+    files = sorted((r.lo, r.hi) for r in deltars.file_ranges(tables.table("metadata_log"), "offset"))
+    assert files == [(0, 14), (15, 21)]
+    assert_log(tables, node)
+    restarted = Follower(tables, node.directory)
+    assert restarted.poll().records == 0
+    node.append(3)
+    assert restarted.poll().records == 3
+    assert_log(tables, node)

@@ -15,6 +15,7 @@ import pytest
 from kraftlake.codec import events as events_mod
 from kraftlake.codec.writer import write_partition_dir
 from kraftlake.storage import ingest
+from kraftlake.storage import deltars
 from kraftlake.storage.deltars import DeltaRsTables
 from kraftlake.storage.tables import rows_to_events
 
@@ -294,3 +295,20 @@ def test_sql_job_queries_the_log_and_rejected(spark, fixtures_dir, tmp_path, cap
     assert "| position | error" in out and "line is not JSON" in out and "1 row(s)" in out
     assert sql_job.main(["--warehouse", warehouse, "SELECT * FROM no_such_table"]) == 1
     assert f"no table or view `no_such_table` in {warehouse} (its tables: metadata_log" in capsys.readouterr().err
+
+
+def test_a_continuous_ingest_keeps_the_log_few_files(tmp_path, monkeypatch):
+    """Each ingest commits a file; every load of metadata_log reads each file's statistics, so its small files are
+    rewritten into one as they gather (``DeltaRsTables.compact``), the rows unchanged."""
+    monkeypatch.setattr(deltars, "COMPACT_FILES", 4)
+    tables = DeltaRsTables(str(tmp_path / "w"))
+    sources = [write_jsonl(tmp_path / f"r{i}.jsonl", [{**HEARTBEAT, "timestamp": 1000 * i + j} for j in range(2)])
+               for i in range(6)]
+    for source in sources:
+        assert ingest.ingest_source(tables, str(source)).records == 2
+    files = sorted((r.lo, r.hi) for r in deltars.file_ranges(tables.table("metadata_log"), "offset"))
+    assert files == [(0, 7), (8, 9), (10, 11)]
+    rows = tables.read_arrow("metadata_log", columns=["offset", "timestamp", "source"]).sort_by("offset").to_pylist()
+    assert [(r["offset"], r["source"]) for r in rows] == [(2 * i + j, str(s)) for i, s in enumerate(sources)
+                                                           for j in range(2)]
+    assert ingest.ingest_source(tables, str(sources[0])).status == "already ingested"

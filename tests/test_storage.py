@@ -15,7 +15,9 @@ from deltalake import DeltaTable
 
 import kraftlake
 from kraftlake.storage import DELTA_RS, Warehouse, native, resolve_engine
-from kraftlake.storage.deltars import DeltaRsTables, batch_end, column_max, nth_value_after, read_range, split_range
+from kraftlake.storage import deltars
+from kraftlake.storage.deltars import (DeltaRsTables, batch_end, column_max, file_ranges, nth_value_after, read_range,
+                                       split_range)
 
 LOG = pa.schema(
     [
@@ -236,6 +238,64 @@ def test_offset_helpers_with_gaps_many_files_and_compaction(tables: DeltaRsTable
     assert len(compacted.file_uris()) == 1
     check(compacted)
     assert split_range(compacted, "offset", -1, 30, 1) == [(-1, 30)]
+
+
+def log_ranges(tables: DeltaRsTables) -> list[tuple[int, int, int]]:
+    """(first offset, last offset, rows) of each active file of metadata_log, in offset order."""
+    return sorted((r.lo, r.hi, r.num_records) for r in file_ranges(tables.table("metadata_log"), "offset"))
+
+
+def test_compaction_rewrites_the_oldest_small_files_into_one_with_the_same_rows(tables: DeltaRsTables) -> None:
+    """A continuous ingest commits a small file a second, and every load of the table reads each file's statistics."""
+    for i in range(12):
+        tables.append("metadata_log", log_rows([3 * i, 3 * i + 1, 3 * i + 2]), LOG, txn=("ingest", i))
+    before = tables.table("metadata_log")
+    assert not tables.compact("metadata_log", "offset", files=13)  # fewer small files than that: nothing committed
+    assert tables.version("metadata_log") == before.version()
+    assert tables.compact("metadata_log", "offset", files=5)
+    assert tables.version("metadata_log") == before.version() + 1
+    assert log_ranges(tables) == [(0, 14, 15)] + [(3 * i, 3 * i + 2, 3) for i in range(5, 12)]
+    rows = tables.read_arrow("metadata_log").sort_by("offset")
+    assert rows.to_pylist() == log_rows(list(range(36))).to_pylist()
+    after = tables.table("metadata_log")
+    assert after.schema().to_json() == before.schema().to_json()  # a streaming source refuses a changed schema
+    assert after.metadata().configuration == before.metadata().configuration
+    assert after.transaction_version("ingest") == 11  # ingest's record of what it committed is kept
+    assert tables.read_offsets("metadata_log", 13, 16).column("offset").to_pylist() == [13, 14, 15, 16]
+    # the version before still reads its own files: a reader that loaded it is not disturbed
+    assert DeltaTable(tables.path("metadata_log"), version=before.version()).to_pyarrow_table().num_rows == 36
+
+
+def test_compaction_keeps_large_files_and_never_spans_one(tables: DeltaRsTables,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(deltars, "ROW_GROUP_ROWS", 10)  # a file of 10 rows or more is not small
+    chunks = [[0, 1], [2, 3], [4], list(range(5, 15)), [15], [16, 17], [18], [19], [20, 21], [22]]
+    for chunk in chunks:
+        tables.append("metadata_log", log_rows(chunk), LOG)
+    assert tables.compact("metadata_log", "offset", files=5)  # the three before the large file are too few
+    assert log_ranges(tables) == [(0, 1, 2), (2, 3, 2), (4, 4, 1), (5, 14, 10), (15, 21, 7), (22, 22, 1)]
+    assert not tables.compact("metadata_log", "offset", files=4)  # no four small files follow each other now
+    assert offsets(tables, "metadata_log") == list(range(23))
+
+
+def test_compaction_planned_on_a_version_another_writer_passed_commits_nothing(tables: DeltaRsTables) -> None:
+    class Raced(DeltaRsTables):
+        raced = False
+
+        def table(self, name: str) -> DeltaTable:
+            loaded = super().table(name)
+            if not self.raced:
+                self.raced = True
+                DeltaRsTables(self.root).append(name, log_rows([100]), LOG)
+            return loaded
+
+    for i in range(4):
+        tables.append("metadata_log", log_rows([i]), LOG)
+    raced = Raced(tables.root)
+    assert not raced.compact("metadata_log", "offset", files=4)
+    assert log_ranges(tables) == [(0, 0, 1), (1, 1, 1), (2, 2, 1), (3, 3, 1), (100, 100, 1)]
+    assert tables.compact("metadata_log", "offset", files=4)  # the next call does it
+    assert log_ranges(tables) == [(0, 3, 4), (100, 100, 1)]
 
 
 def test_rows_of_a_few_types_skip_the_row_groups_that_cannot_hold_them(tables: DeltaRsTables) -> None:

@@ -54,6 +54,13 @@ OBJECT_STORE_RETRIES = 10
 # one small log read; losing this often means the table is written in a tight loop by someone else).
 COMMIT_ATTEMPTS = 100
 
+# Small files of a log (fewer rows than a row group: a continuous ingest commits one a second) that
+# ``DeltaRsTables.compact`` rewrites into one once they have gathered. Every load of a table reads every
+# active file's statistics (``metadata_log``'s: a struct column per message type), so its cost and the
+# memory it passes through grow with the files: after the hour's soak, 3,600 of them, 0.09 s of CPU a load
+# and a 13.5 MB checkpoint, loaded several times a second by the controller's driver.
+COMPACT_FILES = 100
+
 
 class Conflict(RuntimeError):
     """Another writer committed to the table after the version a conditional write was planned on."""
@@ -625,6 +632,43 @@ class DeltaRsTables:
                             writer_properties=WRITER)
         except CommitFailedError as exc:
             raise Conflict(f"{self.path(name)}: another writer committed after version {read_version}") from exc
+
+    def compact(self, name: str, column: str, files: int | None = None) -> bool:
+        """Rewrite the oldest ``files`` small files (``COMPACT_FILES`` unless given) into one, once that many follow
+        each other in ``column``'s order with no larger file between them; whether it committed.
+
+        The rows of the range those files cover, lo <= ``column`` <= hi, are read from every file that may hold
+        one and replace that range in one commit on top of the version read (another writer first: nothing is
+        committed, the next call tries again). So the table holds the same rows at every version, and a file
+        stays one contiguous range of ``column``, which is what the range readers (``read_range``) and the
+        streaming source's planning prune by. Rows without a value in ``column`` stay where they are."""
+        files = COMPACT_FILES if files is None else files
+        if not self.exists(name):
+            return False
+        table = self.table(name)
+        run: list[FileRange] = []
+        ordered = sorted((r for r in file_ranges(table, column) if r.num_records),
+                         key=lambda r: -np.inf if r.lo is None else r.lo)
+        for file in ordered:
+            if file.lo is None or file.hi is None or file.num_records >= ROW_GROUP_ROWS:
+                run = []
+                continue
+            run.append(file)
+            if len(run) == files:
+                break
+        if len(run) < files:
+            return False
+        lo, hi = run[0].lo, max(r.hi for r in run)
+        # read a file's range at a time, in order: the ranges tile lo..hi, and memory holds one of them
+        bounds = [f.lo - 1 for f in run] + [hi]
+        parts = (batch for a, b in zip(bounds, bounds[1:]) for batch in read_range(table, column, a, b).to_batches())
+        rows = _as_reader(parts, pa.schema(table.schema().to_arrow()))
+        try:
+            write_deltalake(table, rows, mode="overwrite", predicate=f"`{column}` >= {lo} AND `{column}` <= {hi}",
+                            commit_properties=CommitProperties(max_commit_retries=0), writer_properties=WRITER)
+        except CommitFailedError:
+            return False
+        return True
 
     def snapshot_max(self, name: str, column: str) -> tuple[int | None, Any]:
         """(version, max of ``column`` in that version): what a write planned on the table's current end

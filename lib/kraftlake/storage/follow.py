@@ -279,6 +279,7 @@ class Follower:
         if events:
             schema = metadata_log_schema()
             self.tables.append("metadata_log", pa.Table.from_batches([events_to_arrow(events, schema)]), schema)
+            self.tables.compact("metadata_log", "offset")  # a file a poll, kept few
             self.next_offset = events[-1]["offset"] + 1
         return PollResult(len(events), len(rejections), events[0]["offset"] if events else None,
                           events[-1]["offset"] if events else None)

@@ -68,6 +68,8 @@ class Tables(Protocol):
     def backfill(self, name: str, data: pa.RecordBatchReader, schema: pa.Schema, txn: tuple[str, int],
                  read_version: int, replaced: str | None, note: dict) -> None: ...
 
+    def compact(self, name: str, column: str) -> bool: ...
+
 
 class StrictModeError(RuntimeError):
     def __init__(self, rejection: Rejection):
@@ -873,6 +875,7 @@ def _ingest_source(tables: Tables, source: str, strict: bool, full_history: bool
     # Committed even when empty: the transaction id is what marks the source as fully ingested.
     tables.append("rejected", rejections_to_arrow(sequencer.rejections + quorum_rejections),
                   table_arrow_schema("rejected"), txn)
+    tables.compact("metadata_log", "offset")  # a continuous ingest's commits, a small file each, kept few
     progress.finish(summary.records)
     summary.seconds = time.monotonic() - started
     return summary

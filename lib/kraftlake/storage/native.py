@@ -67,7 +67,11 @@ def read_df(spark: SparkSession, path: str) -> DataFrame:
 
 
 def read_stream(spark: SparkSession, path: str, max_files_per_trigger: int | None = None) -> DataFrame:
-    reader = spark.readStream.format("delta")
+    """Delta's own stream of an append table. A commit that removes files is skipped (``skipChangeCommits``),
+    where Delta's stream would stop at it: the log's compaction (``DeltaRsTables.compact``) rewrites rows the
+    stream has read, and a backfill's rows below the log's end stop the controller anyway (its
+    ``BackfillGuard``)."""
+    reader = spark.readStream.format("delta").option("skipChangeCommits", "true")
     if max_files_per_trigger is not None:
         reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
     return reader.load(path)
