@@ -268,12 +268,11 @@ def test_follow_job_and_running_controller_reflect_each_write(spark, tmp_path: P
         stop(follower)
 
 
-def test_a_follower_keeps_the_log_few_files_and_the_same_records(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_follower_keeps_the_log_few_files_and_the_same_records(tmp_path: Path) -> None:
     """A file a poll: its small files are rewritten into one as they gather (``DeltaRsTables.compact``), and a
     restarted follower still resumes after the log's end and finds the records it compares unchanged."""
-    monkeypatch.setattr(deltars, "COMPACT_FILES", 3)
-    node, tables, follower = live_directory(tmp_path)
+    node, tables, _ = live_directory(tmp_path)
+    follower = Follower(tables, node.directory, compact_files=3)
     for count in (4, 5, 6, 7):
         node.append(count)
         assert follower.poll().records == count

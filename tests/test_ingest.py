@@ -297,15 +297,20 @@ def test_sql_job_queries_the_log_and_rejected(spark, fixtures_dir, tmp_path, cap
     assert f"no table or view `no_such_table` in {warehouse} (its tables: metadata_log" in capsys.readouterr().err
 
 
-def test_a_continuous_ingest_keeps_the_log_few_files(tmp_path, monkeypatch):
+def test_a_continuous_ingest_keeps_the_log_few_files(tmp_path):
     """Each ingest commits a file; every load of metadata_log reads each file's statistics, so its small files are
-    rewritten into one as they gather (``DeltaRsTables.compact``), the rows unchanged."""
-    monkeypatch.setattr(deltars, "COMPACT_FILES", 4)
-    tables = DeltaRsTables(str(tmp_path / "w"))
+    rewritten into one as they gather (``DeltaRsTables.compact``), the rows unchanged; with
+    ``kraftlake.ingest.compact.files`` 0 (a Delta stream of the log that cannot skip change commits) never."""
     sources = [write_jsonl(tmp_path / f"r{i}.jsonl", [{**HEARTBEAT, "timestamp": 1000 * i + j} for j in range(2)])
                for i in range(6)]
+    kept = DeltaRsTables(str(tmp_path / "kept"))
     for source in sources:
-        assert ingest.ingest_source(tables, str(source)).records == 2
+        assert ingest.ingest_source(kept, str(source), compact_files=0).records == 2
+    files = sorted((r.lo, r.hi) for r in deltars.file_ranges(kept.table("metadata_log"), "offset"))
+    assert files == [(2 * i, 2 * i + 1) for i in range(6)]
+    tables = DeltaRsTables(str(tmp_path / "w"))
+    for source in sources:
+        assert ingest.ingest_source(tables, str(source), compact_files=4).records == 2
     files = sorted((r.lo, r.hi) for r in deltars.file_ranges(tables.table("metadata_log"), "offset"))
     assert files == [(0, 7), (8, 9), (10, 11)]
     rows = tables.read_arrow("metadata_log", columns=["offset", "timestamp", "source"]).sort_by("offset").to_pylist()

@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
                            meter=lambda source: meter(config, f"ingest {source}"), on_source=printer,
                            limits=Limits.from_settings(config),
                            workers=config.get_int("kraftlake.ingest.workers", minimum=0),
-                           workers_min_bytes=config.get_int("kraftlake.ingest.workers.min.bytes", minimum=0))
+                           workers_min_bytes=config.get_int("kraftlake.ingest.workers.min.bytes", minimum=0),
+                           compact_files=config.get_int("kraftlake.ingest.compact.files", minimum=0))
     except StrictModeError as exc:
         print(f"ingest: {exc}; nothing of this source was committed", file=sys.stderr)
         return FAILED
@@ -133,7 +134,8 @@ def follow(config: Config, directory: str) -> int:
         raise UserError(f"--follow {directory}: not a directory")
     tables = open_tables(config)
     follower = Follower(tables, directory, strict=config.get_bool("kraftlake.strict"),
-                        limits=Limits.from_settings(config))
+                        limits=Limits.from_settings(config),
+                        compact_files=config.get_int("kraftlake.ingest.compact.files", minimum=0))
     stopping = threading.Event()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):

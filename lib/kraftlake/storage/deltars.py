@@ -54,13 +54,6 @@ OBJECT_STORE_RETRIES = 10
 # one small log read; losing this often means the table is written in a tight loop by someone else).
 COMMIT_ATTEMPTS = 100
 
-# Small files of a log (fewer rows than a row group: a continuous ingest commits one a second) that
-# ``DeltaRsTables.compact`` rewrites into one once they have gathered. Every load of a table reads every
-# active file's statistics (``metadata_log``'s: a struct column per message type), so its cost and the
-# memory it passes through grow with the files: after the hour's soak, 3,600 of them, 0.09 s of CPU a load
-# and a 13.5 MB checkpoint, loaded several times a second by the controller's driver.
-COMPACT_FILES = 100
-
 
 class Conflict(RuntimeError):
     """Another writer committed to the table after the version a conditional write was planned on."""
@@ -633,17 +626,18 @@ class DeltaRsTables:
         except CommitFailedError as exc:
             raise Conflict(f"{self.path(name)}: another writer committed after version {read_version}") from exc
 
-    def compact(self, name: str, column: str, files: int | None = None) -> bool:
-        """Rewrite the oldest ``files`` small files (``COMPACT_FILES`` unless given) into one, once that many follow
-        each other in ``column``'s order with no larger file between them; whether it committed.
+    def compact(self, name: str, column: str, files: int) -> bool:
+        """Rewrite the oldest ``files`` small files (``kraftlake.ingest.compact.files``; 0: never) into one, once that
+        many follow each other in ``column``'s order with no larger file between them; whether it committed.
+        Every load of a table reads each active file's statistics (``metadata_log``'s: a struct column per type),
+        and a continuous ingest commits a small file a second: after an hour, 3,600 of them, 0.09 s of CPU a load.
 
         The rows of the range those files cover, lo <= ``column`` <= hi, are read from every file that may hold
         one and replace that range in one commit on top of the version read (another writer first: nothing is
         committed, the next call tries again). So the table holds the same rows at every version, and a file
         stays one contiguous range of ``column``, which is what the range readers (``read_range``) and the
         streaming source's planning prune by. Rows without a value in ``column`` stay where they are."""
-        files = COMPACT_FILES if files is None else files
-        if not self.exists(name):
+        if files <= 0 or not self.exists(name):
             return False
         table = self.table(name)
         run: list[FileRange] = []

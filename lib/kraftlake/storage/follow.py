@@ -45,6 +45,7 @@ from kraftlake.codec.bounds import Limits, default_limits
 from kraftlake.codec.logdir import (HISTORY, SEGMENT_NAME, BatchHeader, MappedFile, batch_headers, decode_buffer,
                                     decode_snapshot, intact_end, list_partition_dir, plan_partition_dir,
                                     skipped_entries, snapshot_end_offset)
+from kraftlake.metadata.config import defaults
 from kraftlake.metadata.rejections import Rejection
 from kraftlake.metadata.tables import metadata_log_schema, table_arrow_schema
 from kraftlake.storage.deltars import DeltaRsTables
@@ -99,8 +100,9 @@ class Follower:
     """Tails ``directory`` into ``tables``; ``poll()`` once, or ``run()`` until told to stop."""
 
     def __init__(self, tables: DeltaRsTables, directory: str | os.PathLike, *, strict: bool = False,
-                 limits: Limits | None = None) -> None:
+                 limits: Limits | None = None, compact_files: int | None = None) -> None:
         self.tables = tables
+        self.compact_files = int(defaults()["kraftlake.ingest.compact.files"]) if compact_files is None else compact_files
         self.directory = Path(directory).resolve()
         self.strict = strict
         self.limits = limits or default_limits()
@@ -279,7 +281,7 @@ class Follower:
         if events:
             schema = metadata_log_schema()
             self.tables.append("metadata_log", pa.Table.from_batches([events_to_arrow(events, schema)]), schema)
-            self.tables.compact("metadata_log", "offset")  # a file a poll, kept few
+            self.tables.compact("metadata_log", "offset", self.compact_files)  # a file a poll, kept few
             self.next_offset = events[-1]["offset"] + 1
         return PollResult(len(events), len(rejections), events[0]["offset"] if events else None,
                           events[-1]["offset"] if events else None)

@@ -68,7 +68,7 @@ class Tables(Protocol):
     def backfill(self, name: str, data: pa.RecordBatchReader, schema: pa.Schema, txn: tuple[str, int],
                  read_version: int, replaced: str | None, note: dict) -> None: ...
 
-    def compact(self, name: str, column: str) -> bool: ...
+    def compact(self, name: str, column: str, files: int) -> bool: ...
 
 
 class StrictModeError(RuntimeError):
@@ -764,27 +764,30 @@ def read_quorum_files(path: Path, limits: Limits | None = None) -> tuple[list[di
 def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_history: bool = False,
                   from_snapshot: bool = False, batch_records: int | None = None,
                   meter: Meter | None = None, limits: Limits | None = None, workers: int | None = None,
-                  workers_min_bytes: int | None = None) -> SourceSummary:
+                  workers_min_bytes: int | None = None, compact_files: int | None = None) -> SourceSummary:
     """Ingest one source; ``batch_records`` events per Arrow batch (``kraftlake.ingest.batch.records``);
     a Kafka log of at least ``workers_min_bytes`` is decoded by ``workers`` processes
     (``kraftlake.ingest.workers``, 0: one per core; ``pieces``);
     progress goes to ``meter`` (its unit and total are set here, from the source); the source is read
     within ``limits`` (``kraftlake.decode.*``), and its events placed within them (at most
     ``kraftlake.ingest.offset.max.gap`` past the log's end, ``kraftlake.ingest.timestamp.after.max.ms`` past
-    the clock). A directory is read from its start (``full_history``,
+    the clock); ``metadata_log``'s small files are compacted ``compact_files`` at a time
+    (``kraftlake.ingest.compact.files``, 0: never). A directory is read from its start (``full_history``,
     ``from_snapshot``: ``start_of``); raises ``HistoryConflict`` when its snapshot cannot be placed in this
     warehouse."""
     settings = defaults()
     batch_records = batch_records or int(settings["kraftlake.ingest.batch.records"])
     count = pieces.worker_count(int(settings["kraftlake.ingest.workers"]) if workers is None else workers)
     min_bytes = int(settings["kraftlake.ingest.workers.min.bytes"]) if workers_min_bytes is None else workers_min_bytes
+    compact = int(settings["kraftlake.ingest.compact.files"]) if compact_files is None else compact_files
     with pieces.Workers(count, min_bytes) as pool:
         return _ingest_source(tables, source, strict, full_history, from_snapshot, batch_records, meter,
-                              limits or default_limits(), pool)
+                              limits or default_limits(), pool, compact)
 
 
 def _ingest_source(tables: Tables, source: str, strict: bool, full_history: bool, from_snapshot: bool,
-                   batch_records: int, meter: Meter | None, limits: Limits, pool: pieces.Workers) -> SourceSummary:
+                   batch_records: int, meter: Meter | None, limits: Limits, pool: pieces.Workers,
+                   compact_files: int) -> SourceSummary:
     start = start_of(full_history, from_snapshot)
     path = Path(source).resolve()
     started = time.monotonic()
@@ -875,7 +878,7 @@ def _ingest_source(tables: Tables, source: str, strict: bool, full_history: bool
     # Committed even when empty: the transaction id is what marks the source as fully ingested.
     tables.append("rejected", rejections_to_arrow(sequencer.rejections + quorum_rejections),
                   table_arrow_schema("rejected"), txn)
-    tables.compact("metadata_log", "offset")  # a continuous ingest's commits, a small file each, kept few
+    tables.compact("metadata_log", "offset", compact_files)  # a continuous ingest's commits, a small file each, kept few
     progress.finish(summary.records)
     summary.seconds = time.monotonic() - started
     return summary
@@ -886,7 +889,7 @@ def ingest(tables: Tables, sources: Iterable[str], *, strict: bool = False, full
            meter: Callable[[str], Meter] | None = None,
            on_source: Callable[[SourceSummary], None] | None = None,
            limits: Limits | None = None, workers: int | None = None,
-           workers_min_bytes: int | None = None) -> list[SourceSummary]:
+           workers_min_bytes: int | None = None, compact_files: int | None = None) -> list[SourceSummary]:
     """Ingest each source in the order given (offsets continue across them); ``meter(label)`` makes each
     source's progress meter; the rest as ``ingest_source``."""
     summaries = []
@@ -894,7 +897,7 @@ def ingest(tables: Tables, sources: Iterable[str], *, strict: bool = False, full
         summary = ingest_source(tables, os.fspath(source), strict=strict, full_history=full_history,
                                 from_snapshot=from_snapshot, batch_records=batch_records,
                                 meter=None if meter is None else meter(os.fspath(source)), limits=limits,
-                                workers=workers, workers_min_bytes=workers_min_bytes)
+                                workers=workers, workers_min_bytes=workers_min_bytes, compact_files=compact_files)
         summaries.append(summary)
         if on_source is not None:
             on_source(summary)
