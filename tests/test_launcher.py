@@ -533,12 +533,14 @@ def test_sigterm_to_the_launcher_of_a_spark_job_leaves_no_driver_behind(tmp_path
                       "--override", "kraftlake.controller.trigger.interval.ms=200",
                       "--override", "spark.sql.shuffle.partitions=2"], log, environment, cwd=REPO_ROOT)
     try:
-        assert wait_for(lambda: tables.exists("partitions") or launcher.poll() is not None, 300), log.read_text()[-3000:]
+        watched = ("partitions", "partition_history")  # prepared one after the other as the query starts
+        assert wait_for(lambda: all(map(tables.exists, watched)) or launcher.poll() is not None, 300), \
+            log.read_text()[-3000:]
         assert launcher.poll() is None, log.read_text()[-3000:]
         left = sigterm_the_launcher(launcher, log, "jobs/controller.py")
         assert not left, f"still running after SIGTERM to the launcher: {[cmdline(p) for p, _ in left]}\n{log.read_text()[-3000:]}"
         assert leftovers(str(warehouse)) == []
-        versions = {name: tables.version(name) for name in ("partitions", "partition_history")}
+        versions = {name: tables.version(name) for name in watched}
         ingest_source(tables, str(what_if))
         time.sleep(2)  # ten triggers: a driver left behind would have replayed the new rows by now
         assert {name: tables.version(name) for name in versions} == versions
