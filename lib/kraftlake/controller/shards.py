@@ -33,10 +33,11 @@ from kraftlake.image import causes, features, partition_changes
 from kraftlake.image.causes import Batch, Cause, Marks
 from kraftlake.image.cluster_image import (NO_LEADER, BrokerRegistration, ClusterImage, PartitionRegistration,
                                            normalize_uuid)
-from kraftlake.image.partition_changes import Shaped, collector_paused
+from kraftlake.image.partition_changes import Shaped
 from kraftlake.image.partitions import registration
 from kraftlake.image.partition_store import PartitionStore
 from kraftlake.image.replay import replay
+from kraftlake.metadata.collector import collector_paused
 from kraftlake.metadata.config import setting
 from kraftlake.metadata.errors import error_name
 from kraftlake.metadata.schemas import QUORUM_TRAFFIC, registry

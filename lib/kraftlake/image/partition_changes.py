@@ -11,15 +11,13 @@ partition epoch. Anything else -- another field set, a partition the columns do 
 
 from __future__ import annotations
 
-import contextlib
-import gc
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import numpy as np
 
 from kraftlake.image.cluster_image import NO_LEADER_CHANGE, ClusterImage, normalize_uuid
 from kraftlake.image.partitions import LRS_NO_CHANGE
+from kraftlake.metadata.collector import collector_paused
 
 # What makes a PartitionChangeRecord simple: these lists unset (null), Directories null or empty, and a
 # LeaderRecoveryState among these. One rule for ``is_simple`` and the Spark job's routing, which picks the
@@ -172,32 +170,6 @@ class Shaped:
                       & (cols["partition_id"][rows] == changes.partitions)):
                 return changes, rows
         return changes, rows_of(image, changes)
-
-
-@contextlib.contextmanager
-def collector_paused(age: bool = True) -> Iterator[None]:
-    """Python's cyclic garbage collector off inside: a shard's step, or a record made per partition.
-
-    What is allocated there (rows, registrations, records) holds no cycles and lives until the block's end
-    or longer, but every few hundred allocations make the collector walk it all, and every few hundred
-    thousand the whole image (hundreds of thousands of registrations): a third of a step's time (ADR 0004),
-    45% of a broker failover on 100,000 partitions (docs/performance.md). Reference counting still frees
-    everything. With ``age``, what was allocated meanwhile is put straight into the oldest generation on
-    the way out: turned back on, the collector would first walk a failover's records as young objects (19%
-    of the failover at 10^6 partitions), while in the oldest generation only a full collection walks them,
-    which usually comes after they are consumed and freed. (``gc.freeze`` then ``gc.unfreeze`` moves every
-    tracked object there without walking any; skipped if anything else keeps objects frozen.)
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if age and gc.get_freeze_count() == 0:
-            gc.freeze()
-            gc.unfreeze()
-        if enabled:
-            gc.enable()
 
 
 def rows_of(image: ClusterImage, changes: Changes) -> np.ndarray:

@@ -35,7 +35,8 @@ from kraftlake.controller.dispatch import merge_responses
 from kraftlake.controller.shards import (LEADER_COUNTS, SKIPPED, TOPIC_SCOPED, Block, Output, ShardState,
                                         leader_imbalance, rows_table, step)
 from kraftlake.image.cluster_image import normalize_uuid
-from kraftlake.image.partition_changes import SIMPLE_RECOVERY_STATES, UNSET_FIELDS, Changes, collector_paused
+from kraftlake.image.partition_changes import SIMPLE_RECOVERY_STATES, UNSET_FIELDS, Changes
+from kraftlake.metadata.collector import collector_paused
 from kraftlake.metadata.config import defaults
 from kraftlake.metadata.progress import Meter
 from kraftlake.metadata.schemas import StructSpec, registry

@@ -10,14 +10,12 @@ file order, at most ``ahead`` pieces in flight, so memory follows the piece size
 
 from __future__ import annotations
 
-import gc
 import multiprocessing
 import os
 import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, Union
 
@@ -26,6 +24,7 @@ import pyarrow as pa
 from kraftlake.codec.batches import parse_batch
 from kraftlake.codec.bounds import Limits
 from kraftlake.codec.logdir import MappedFile, batch_items, file_batches
+from kraftlake.metadata.collector import collector_paused
 from kraftlake.metadata.rejections import Item, Rejection
 from kraftlake.metadata.tables import metadata_log_schema
 from kraftlake.storage.tables import compact_events
@@ -69,7 +68,7 @@ def decode_piece(path: str, positions: list[int], min_offset: int | None, limits
     ``decode_file`` yields them; runs in a worker."""
     events: list[dict] = []
     rejections: list[tuple[int, Rejection]] = []
-    with _collector_paused():
+    with collector_paused(age=False):
         mapped = MappedFile(Path(path))
         try:
             for position in positions:
@@ -81,20 +80,6 @@ def decode_piece(path: str, positions: list[int], min_offset: int | None, limits
         finally:
             mapped.close()
         return compact_events(events, metadata_log_schema()), rejections
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while a piece's events are decoded and kept: tens of thousands
-    of dicts and lists, all alive until the piece is done, which each collection would walk again and
-    again (~15 % of a piece's CPU) to find no cycle (decoding makes none)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _jobs(segments: Iterable[Segment], limits: Limits, piece_records: int) -> Iterator[list[Item] | tuple]:
