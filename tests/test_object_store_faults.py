@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -177,6 +178,25 @@ def test_a_holder_cut_off_from_the_store_loses_the_lease_after_ttl_and_it_is_tak
         if holder.poll() is None:
             holder.kill()
         holder.wait(30)
+
+
+def test_a_holder_whose_renewals_the_store_drops_has_its_renewer_out_of_the_store_when_the_block_ends(
+        s3_server, proxy: FaultProxyServer) -> None:  # noqa: ANN001
+    """A renewer still inside a store call when its process ends holds the exit (pyarrow's S3 client waits
+    for its calls: 109 s each on a store dropping every connection, with the client's 10 retries) or
+    crashes it as the client is torn down. So the block ends with the renewer out of the store: the lease's
+    calls are short, and not tried again once the block ends. Here every request for a renewal file is
+    dropped (the lease's Delta log still answers), so the renewer is in such a call when the block ends."""
+    lease = Lease(f"s3://{s3_server.bucket()}/renewer", "controller", 4_000,
+                  storage_options=s3_server.storage_options(proxy.endpoint))
+    try:
+        with lease.held():
+            proxy.schedule("steady", rate=1.0, seed=0, faults=["drop-before"], only="/_renewed/")
+            assert wait_for(lambda: lease.lost is not None, 60)
+        assert not [t.name for t in threading.enumerate() if t.name.startswith("kraftlake-lease-")]
+        assert proxy.seen().get("drop-before", 0) > 0
+    finally:
+        proxy.schedule("pass")
 
 
 # About 4.5 minutes (two controller starts through spark-submit.sh, retries, a store down until the client

@@ -49,6 +49,13 @@ _SCHEMA = pa.schema([pa.field("epoch", pa.int64())])  # a Delta table needs a co
 ACQUIRE_ATTEMPTS = 5  # races lost to other candidates before giving up (each loss means someone else holds it)
 # Attempts at one read or write of a renewal file on an object store (``_retried``), 0.1 s apart, doubling
 STORE_ATTEMPTS = 6
+# Retries of the store clients themselves within one of those attempts (pyarrow's for the renewal files,
+# delta-rs' when the renewer looks at the lease): a call stays a few seconds long when the store drops every
+# connection, against 109 s (pyarrow) and ~25 s (delta-rs) with the 10 of other callers, so a renewer still
+# in one when its lease's block ends leaves it soon and the block waits for it. A thread left inside a
+# store client holds the process's exit (pyarrow's S3 client waits for its calls) or crashes it (SIGSEGV
+# seen once) as the clients are torn down. A renewal that fails is tried again a third of the ttl later.
+CLIENT_RETRIES = 2
 T = TypeVar("T")
 # The leases (path, epoch) a Lease object of this process holds: a lease whose holder is this process
 # but that no object holds any more (its release failed, e.g. on a full disk) is free to this process.
@@ -158,7 +165,11 @@ class Lease:
         self._renew_by: float | None = None  # while held(): the monotonic time the next renewal must end by
         self._renewal_error: Exception | None = None  # the last renewal's failure, if it failed
         self.storage_options = None if is_local(self.root) or not storage_options else dict(storage_options)
-        self._filesystem, self._base = filesystem(self.path, self.storage_options)
+        self._filesystem, self._base = filesystem(self.path, self.storage_options, retries=CLIENT_RETRIES)
+        self._renewal_options = None if self.storage_options is None else \
+            {**self.storage_options, "max_retries": str(CLIENT_RETRIES)}
+        self._ending = threading.Event()  # set as held()'s block ends: its renewer's store calls are not retried
+        self._renewer: threading.Thread | None = None
 
     @property
     def lost(self) -> str | None:
@@ -179,9 +190,9 @@ class Lease:
     # them while the store answers (and while its client retries), which stalls the renewal thread of a
     # holder whose main thread waits on a slow store (measured: 4.2 s of a 12.4 s history() behind a proxy
     # answering every request 2 s late; opening the table and pyarrow's reads let other threads run).
-    def _table(self) -> DeltaTable:
+    def _table(self, storage_options: StorageOptions = None) -> DeltaTable:
         try:
-            return DeltaTable(self.path, storage_options=self.storage_options)
+            return DeltaTable(self.path, storage_options=storage_options or self.storage_options)
         except TableNotFoundError:
             pass
         try:  # no retry: a creator that lost the race would commit a second creation on top
@@ -200,10 +211,10 @@ class Lease:
         actions = [json.loads(line) for line in self._retried(read).splitlines() if line.strip()]
         return next((action["commitInfo"] for action in actions if "commitInfo" in action), {})
 
-    def look(self) -> tuple[LeaseState, DeltaTable]:
+    def look(self, storage_options: StorageOptions = None) -> tuple[LeaseState, DeltaTable]:
         """The lease as its latest commit says, and the table to commit the next one on (which fails if
-        anyone committed after the version looked at)."""
-        table = self._table()
+        anyone committed after the version looked at). ``storage_options``: other than the lease's."""
+        table = self._table(storage_options)
         epoch = table.version()
         latest = self._commit_info(epoch)
         decoded = json.loads(latest[_KEY]) if _KEY in latest else {"released": True}
@@ -222,7 +233,7 @@ class Lease:
             except FileNotFoundError:
                 raise
             except OSError:
-                if is_local(self.root):
+                if is_local(self.root) or (self._ending.is_set() and threading.current_thread() is self._renewer):
                     raise
                 time.sleep(0.1 * 2 ** attempt)
         return action()
@@ -322,7 +333,7 @@ class Lease:
     def renew(self) -> None:
         """Record that the holder is alive; ``LeaseLost`` if another process took the lease over."""
         assert self.epoch is not None, "renew() before acquire()"
-        state, _ = self.look()
+        state, _ = self.look(self._renewal_options)
         if state.epoch != self.epoch:
             taker = "released" if state.holder is None else f"taken over by {state.holder.describe()}"
             raise LeaseLost(f"the {self.job} lease on {self.root} was {taker} (epoch {state.epoch}, ours was "
@@ -354,7 +365,7 @@ class Lease:
         renewal succeeded for ``ttl_ms`` (storage unreachable or not answering, disk full); the thread
         then stops renewing.
         """
-        stop = threading.Event()
+        stop = self._ending = threading.Event()
 
         def renew_until_stopped() -> None:
             while not stop.wait(self.ttl_ms / 3000) and self.lost is None:
@@ -369,14 +380,15 @@ class Lease:
                 except Exception as exc:  # storage trouble: retried until the lease would have expired
                     self._renewal_error = exc
 
-        renewer = threading.Thread(target=renew_until_stopped, name=f"kraftlake-lease-{self.job}", daemon=True)
+        renewer = self._renewer = threading.Thread(target=renew_until_stopped, name=f"kraftlake-lease-{self.job}",
+                                                   daemon=True)
         try:  # a SIGTERM may land inside acquire() once the lease is taken: it is given back all the same
             self._renew_by = self.acquire(poll_ms, waiting=waiting) + self.ttl_ms / 1000
             renewer.start()
             yield self
         finally:
             stop.set()
-            if renewer.ident is not None:  # one stuck in a store's retries is left to find the lease gone
+            if renewer.ident is not None:  # one in a store call gets out of it within a call's retries
                 renewer.join(self.ttl_ms / 1000)
             try:
                 self.release()
