@@ -406,3 +406,16 @@ def test_strict_reading_raises_with_the_location(fixtures_dir, tmp_path):
     with pytest.raises(codec.CorruptLogError) as info:
         list(codec.read_partition_dir(directory))
     assert str(segment) in str(info.value) and "truncated" in str(info.value)
+
+
+
+def test_a_default_the_schema_writes_as_a_json_number_is_kafkas_default():
+    # DescribeQuorumResponse's replica timestamps: "default": -1 in Kafka's schema, a number, not text
+    spec = registry()["DescribeQuorumResponse"]
+    topics = {f.name: f for f in spec.fields}["Topics"].struct
+    partitions = {f.name: f for f in topics.fields}["Partitions"].struct
+    replica = {f.name: f for f in partitions.fields}["CurrentVoters"].struct
+    assert replica.defaults()["LastFetchTimestamp"] == -1 and replica.defaults()["LastCaughtUpTimestamp"] == -1
+    for version in (0, 1, 2):
+        encoded = codec.encode_message(spec, version, spec.defaults())
+        assert codec.decode_message(spec, version, encoded)["Topics"] == []

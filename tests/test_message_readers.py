@@ -40,16 +40,11 @@ def straight_line(spec: MessageSpec, version: int, buf: bytes) -> dict | None:
 
 
 def every_version() -> list[tuple[MessageSpec, int]]:
-    """Each message of the registry at each version it defines (up to three of an open range) that the
-    interpreter compiles."""
+    """Each message of the registry at each version it defines (up to three of an open range)."""
     out = []
     for spec in {id(s): s for s in registry().by_name.values()}.values():
         high = spec.valid_versions.high
         for version in range(spec.valid_versions.low, (spec.valid_versions.low + 2 if high is None else high) + 1):
-            try:
-                message_decoder(spec, version)
-            except TypeError:  # a schema default the interpreter cannot read: nothing to compare against
-                continue
             out.append((spec, version))
     return out
 

@@ -182,6 +182,16 @@ def _struct(avro: dict, named: dict[str, StructSpec]) -> StructSpec:
     return StructSpec(avro["name"], tuple(_field(f, named) for f in avro["fields"]))
 
 
+
+def _default_text(value: Any) -> str | None:
+    """A field's ``default`` as Kafka's generator reads it: text, though a schema may write a number
+    (DescribeQuorumResponse's timestamps: ``-1``) or a boolean as JSON's own."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
 def _field(avro_field: dict, named: dict[str, StructSpec]) -> FieldSpec:
     kafka = avro_field["kafka"]
     avro_type = avro_field["type"]
@@ -203,7 +213,7 @@ def _field(avro_field: dict, named: dict[str, StructSpec]) -> FieldSpec:
         nullable_versions=Versions.parse(kafka.get("nullableVersions")),
         tagged_versions=Versions.parse(kafka.get("taggedVersions")),
         tag=int(tag) if tag is not None else None,
-        kafka_default=kafka.get("default"),
+        kafka_default=_default_text(kafka.get("default")),
         struct=struct,
     )
 
