@@ -1,5 +1,5 @@
-"""Micro-batches sized by the time they take (``storage.pacing``): the rule, then a reader's view of its
-micro-batches, on a fake clock."""
+"""Micro-batches sized by the time they take (``storage.pacing``): the rule, a reader's view of its
+micro-batches on a fake clock, and the controller's setting (``kraftlake.controller.max.batch.ms``)."""
 
 from __future__ import annotations
 
