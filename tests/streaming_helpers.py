@@ -276,10 +276,10 @@ def ingest_jsonl(warehouse: Warehouse, path: Path) -> None:
 
 
 def run_controller(warehouse: Warehouse, checkpoint: Path, shards: int, max_records_per_batch: int | None,
-                   config: Mapping[str, str] | None = None) -> None:
+                   config: Mapping[str, str] | None = None, max_batch_ms: int | None = None) -> None:
     streaming.run(warehouse, streaming.ControllerSettings(
         shards=shards, checkpoint=str(checkpoint), once=True, max_records_per_batch=max_records_per_batch,
-        kafka_config=dict(config or {})), out=io.StringIO())
+        max_batch_ms=max_batch_ms, kafka_config=dict(config or {})), out=io.StringIO())
 
 
 # --- the controller job in a subprocess, for real kills ---------------------------------------------
@@ -373,12 +373,16 @@ def committed_batches(checkpoint: Path) -> list[int]:
     return sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit()) if commits.is_dir() else []
 
 
+def committed_offsets(checkpoint: Path) -> list[int]:
+    """The log offset each committed micro-batch reached (the last line of its offsets file), in order."""
+    return [json.loads((checkpoint / "offsets" / str(batch)).read_text().splitlines()[-1])["offset"]
+            for batch in committed_batches(checkpoint)]
+
+
 def committed_offset(checkpoint: Path) -> int | None:
-    """The log offset the last committed micro-batch reached (the last line of its offsets file)."""
-    done = committed_batches(checkpoint)
-    if not done:
-        return None
-    return json.loads((checkpoint / "offsets" / str(done[-1])).read_text().splitlines()[-1])["offset"]
+    """The log offset the last committed micro-batch reached."""
+    reached = committed_offsets(checkpoint)
+    return reached[-1] if reached else None
 
 
 def plain(value: object) -> object:

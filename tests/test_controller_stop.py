@@ -109,7 +109,7 @@ def test_sigterm_while_starting_mid_batch_and_idle_stops_cleanly(warehouse: Path
     _assert_stopped_cleanly(mid, mid.terminate())
     assert mid.committed_offset() < end
 
-    # the rest in one micro-batch: catching up needs no batch to be caught in flight
+    # the rest (micro-batches of up to 4,000, sized by time from 1,000 on), then idle: no micro-batch caught in flight
     idle = Run(warehouse, tmp_path / "idle.log", "--override", f"kraftlake.controller.max.records.per.batch={EVENTS}")
     idle.wait(lambda: idle.committed_offset() == end, "caught up with the log")
     _assert_stopped_cleanly(idle, idle.terminate())

@@ -311,3 +311,56 @@ def test_a_stopped_stream_reader_leaves_the_jvm_s_hang_up_unsaid(monkeypatch, ca
         escaped(ValueError("a bug"), during=KeyError("x"))
         escaped(RuntimeError("another"))
     assert printed == [ValueError, RuntimeError, ValueError, RuntimeError]
+
+
+def test_a_reader_bounded_by_time_plans_as_its_micro_batches_took(tmp_path: Path, monkeypatch) -> None:
+    """``maxBatchMillis`` on a real table, the reader called as Spark calls it, on a fake clock: the first
+    micro-batch at the floor (1,000 rows), then each sized by the last one's pace, twice at most when fast, a
+    1,000 at least, never above the cap, and whole Kafka record batches (16 rows here) kept whole."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from kraftlake.storage import datasource
+    from kraftlake.storage.deltars import DeltaRsTables
+    from kraftlake.storage.pacing import Pace
+
+    offsets = list(range(20_000))
+    rows = log_rows(offsets).append_column("source", pa.array(["00000000000000000000.log"] * len(offsets)))
+    rows = rows.append_column("position", pa.array([o // 16 * 100 for o in offsets], pa.int64()))
+    tables = DeltaRsTables(str(tmp_path / "w"))
+    tables.append("metadata_log", rows, rows.schema)
+    now = [0.0]
+    monkeypatch.setattr(datasource, "Pace", lambda ms, cap: Pace(ms, cap, lambda: now[0]))
+    options = {"maxRecordsPerBatch": "6000", "maxBatchMillis": "10000"}
+    reader = datasource._StreamReader(tables.path("metadata_log"), None, options)
+    cap = ReadMaxRows(6000)
+
+    def batch(start: int, seconds: float) -> int:
+        """Spark's calls for one micro-batch from ``start`` that takes ``seconds``; its end."""
+        end = reader.latestOffset({"offset": start}, cap)["offset"]
+        reader.partitions({"offset": start}, {"offset": end})
+        now[0] += seconds
+        return end
+
+    ends = [-1]
+    for seconds in (2.0, 40.0, 1.0, 1.0, 1.0, 1.0):
+        ends.append(batch(ends[-1], seconds))
+    # 1,000 rows end inside the record batch 992-1007; fast: 2,016 rows (twice); 40 s: 504 would fit, the floor
+    # (1,000, to 4,031 its batch's end); then twice the rows each time, up to the cap (6,000, to 16,079)
+    assert ends == [-1, 1007, 3023, 4031, 6047, 10079, 16079]
+    # the last micro-batch was cut short by the log's end and in time: the next keeps the cap
+    assert batch(16_079, 1.0) == 19_999
+    unbatched = log_rows(list(range(20_000, 30_000))).append_column("source", pa.nulls(10_000, pa.string()))
+    tables.append("metadata_log", unbatched.append_column("position", pa.nulls(10_000, pa.int64())), rows.schema)
+    assert batch(19_999, 1.0) == 25_999
+
+    # a reader made for a restart: the micro-batch planned before it (run, never planned here) is timed from its
+    # creation; 6,000 rows in 30 s: 2,000 fit in 10 s
+    restarted = datasource._StreamReader(tables.path("metadata_log"), None, options)
+    restarted.partitions({"offset": 19_999}, {"offset": 25_999})
+    now[0] += 30.0
+    assert restarted.latestOffset({"offset": 25_999}, cap) == {"offset": 27_999}
+
+    with pytest.raises(ValueError, match="maxBatchMillis sizes micro-batches below maxRecordsPerBatch"):
+        datasource._StreamReader(tables.path("metadata_log"), None, {"maxBatchMillis": "10000"})
+    with pytest.raises(ValueError, match="maxBatchMillis must be positive, got 0"):
+        datasource._StreamReader(tables.path("metadata_log"), None, {**options, "maxBatchMillis": "0"})

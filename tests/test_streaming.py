@@ -40,6 +40,7 @@ from streaming_helpers import (
     kill_seed,
     committed_batches,
     committed_offset,
+    committed_offsets,
     controller_command,
     controller_env,
     kill_controller_when,
@@ -194,6 +195,23 @@ def test_random_request_logs_in_random_batches_decide_as_the_core(
     logged = logged_events(warehouse)
     assert_same_tables(warehouse_decisions(warehouse), reference_decisions(logged, shards), what)
     assert_same_tables(warehouse_tables(warehouse), reference_tables(logged, shards), what)
+
+
+@pytest.mark.slow
+def test_micro_batches_bounded_by_time_decide_as_the_core(spark: SparkSession, tmp_path: Path) -> None:
+    """``max_batch_ms`` (``storage.pacing``) moves where micro-batches end, never what they decide. Bounded by
+    1 ms every micro-batch is late, so each is planned at the floor (1,000 rows) below the cap that would
+    take the whole log at once; the tables are the core's all the same."""
+    events = simulated_requests(seed=27, size=2_500)
+    warehouse = Warehouse(str(tmp_path / "warehouse"), spark=spark)
+    ingest_jsonl(warehouse, write_jsonl(events, tmp_path / "log.jsonl"))
+    run_controller(warehouse, tmp_path / "checkpoint", SHARDS, 2_500, max_batch_ms=1)
+    logged = logged_events(warehouse)
+    offsets = sorted(e["offset"] for e in logged)
+    assert len(offsets) == 2_500
+    assert committed_offsets(tmp_path / "checkpoint") == [offsets[999], offsets[1_999], offsets[-1]]
+    assert_same_tables(warehouse_decisions(warehouse), reference_decisions(logged, SHARDS), "bounded by time")
+    assert_same_tables(warehouse_tables(warehouse), reference_tables(logged, SHARDS), "bounded by time")
 
 
 def test_restart_reads_only_rows_appended_since(spark: SparkSession, tmp_path: Path) -> None:

@@ -36,6 +36,9 @@ from kraftlake.spark.controller_query import ControllerSettings, keep_warm, rese
 from kraftlake.storage import Warehouse
 from kraftlake.storage.lease import Holder, Lease
 
+MAX_BATCH_MS = "kraftlake.controller.max.batch.ms"
+TRIGGER_INTERVAL_MS = "kraftlake.controller.trigger.interval.ms"
+
 
 def metrics_address(config: Config, host: str | None, port: int | None) -> tuple[str, int] | None:
     """Where to serve the metrics: the flags, else the settings; None when no port is set (no server)."""
@@ -45,6 +48,20 @@ def metrics_address(config: Config, host: str | None, port: int | None) -> tuple
     if not port_text.isdigit() or not 0 <= int(port_text) < 65536:
         raise UserError(f"metrics port {port_text!r}: a TCP port 0..65535 (0: any free one)")
     return host or config.get_str("kraftlake.controller.metrics.host"), int(port_text)
+
+
+def max_batch_ms(config: Config, once: bool) -> int | None:
+    """The time bound on a continuous controller's micro-batches (None: none). A replay (``--once``) keeps
+    the row cap alone: no one kills it on a schedule, and its micro-batches are fastest at the cap. The
+    bound is timed between two triggers, so it must exceed the trigger interval (``storage.pacing``)."""
+    bound = config.get_int(MAX_BATCH_MS, minimum=0)
+    if once or not bound:
+        return None
+    interval = config.get_int(TRIGGER_INTERVAL_MS, minimum=0)
+    if bound <= interval:
+        raise UserError(f"{MAX_BATCH_MS}={bound} must exceed {TRIGGER_INTERVAL_MS}={interval}: a micro-batch is "
+                        "timed from one trigger to the next (0: no time bound)")
+    return bound
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         args.override.append(f"{QUORUM_PROTOCOL}={args.protocol}")
     config = config_from_args(args)
     metrics = metrics_address(config, args.metrics_host, args.metrics_port)
+    batch_ms = max_batch_ms(config, args.once)
     root = warehouse_root(config, needs_log=True)
     ttl_ms = config.get_int("kraftlake.controller.lease.ttl.ms", minimum=1)
     poll_ms = config.get_int("kraftlake.controller.standby.poll.ms", minimum=1) if args.standby else None
@@ -105,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         return ControllerSettings(
             shards=args.shards or config.get_int("kraftlake.shards", minimum=1),
             checkpoint=checkpoint_location(config, warehouse, "controller", args.checkpoint),
-            once=args.once, max_records_per_batch=limit or None,
-            trigger_interval_ms=config.get_int("kraftlake.controller.trigger.interval.ms", minimum=0),
+            once=args.once, max_records_per_batch=limit or None, max_batch_ms=batch_ms if limit else None,
+            trigger_interval_ms=config.get_int(TRIGGER_INTERVAL_MS, minimum=0),
             kafka_config=replay_configs(config), lease_ttl_ms=ttl_ms, metrics_address=metrics)
 
     try:

@@ -69,6 +69,7 @@ class ControllerSettings:
     checkpoint: str
     once: bool
     max_records_per_batch: int | None = None
+    max_batch_ms: int | None = None  # below the cap, micro-batches sized to take about this long (``storage.pacing``)
     trigger_interval_ms: int = field(default_factory=lambda: int(defaults()["kraftlake.controller.trigger.interval.ms"]))
     kafka_config: Mapping[str, str] = field(default_factory=dict)  # broker.session.timeout.ms, ...
     lease_ttl_ms: int = field(default_factory=lambda: int(defaults()["kraftlake.controller.lease.ttl.ms"]))
@@ -581,7 +582,7 @@ def controller_outputs(warehouse: Warehouse, settings: ControllerSettings, keys:
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     source = warehouse.read_stream("metadata_log", max_records_per_batch=settings.max_records_per_batch,
-                                   **controller_input(warehouse))
+                                   max_batch_ms=settings.max_batch_ms, **controller_input(warehouse))
     return (routed_events(source, settings.shards, keys)
             .groupBy("shard")
             .applyInPandasWithState(shard_function(settings.shards, settings.kafka_config, keys), OUTPUT_SCHEMA,
@@ -620,7 +621,7 @@ def warm_up(warehouse: Warehouse, settings: ControllerSettings) -> None:
     spark.range(0, 2, numPartitions=2).groupBy("id").applyInPandas(_same_rows, "id long").toArrow()
     if warehouse.exists("metadata_log"):
         controller_outputs(warehouse, settings, spread_keys(settings.shards, int(spark.conf.get(SHUFFLE_PARTITIONS))))
-        quorum_outputs(warehouse, settings.kafka_config, settings.max_records_per_batch)
+        quorum_outputs(warehouse, settings.kafka_config, settings.max_records_per_batch, settings.max_batch_ms)
 
 
 # the log's first rows a standby's warm-up query replays (``warm_up_query``): its registrations, features and
@@ -733,7 +734,7 @@ def run(warehouse: Warehouse, settings: ControllerSettings, meter: Meter | None 
 
         def start_quorum_query() -> Any:
             quorum = start_quorum(warehouse, settings.checkpoint, settings.once, settings.kafka_config,
-                                  settings.max_records_per_batch, settings.trigger_interval_ms)
+                                  settings.max_records_per_batch, settings.trigger_interval_ms, settings.max_batch_ms)
             if timed:
                 meter.emit(f"[{meter.label}] quorum query started {time.monotonic() - started:.1f} s after the "
                            "job's start")

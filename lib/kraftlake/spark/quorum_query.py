@@ -135,7 +135,8 @@ def write_quorum_anomalies(warehouse: Warehouse, events: list[dict], txn: tuple[
     return len(final)
 
 
-def quorum_outputs(warehouse: Warehouse, properties: Mapping[str, str], max_records_per_batch: int | None) -> Any:
+def quorum_outputs(warehouse: Warehouse, properties: Mapping[str, str], max_records_per_batch: int | None,
+                   max_batch_ms: int | None) -> Any:
     """The quorum query's streaming frame, before a sink: built without writing anything (a standby builds one
     before it holds the lease, ``controller_query.warm_up``)."""
     from pyspark.sql.streaming.state import GroupStateTimeout
@@ -143,18 +144,18 @@ def quorum_outputs(warehouse: Warehouse, properties: Mapping[str, str], max_reco
     present = {f.name for f in metadata_log_schema()}
     columns = ENVELOPE + sorted(t for t in QUORUM_TRAFFIC if t in present)
     source = warehouse.read_stream("metadata_log", max_records_per_batch=max_records_per_batch, columns=columns,
-                                   types=sorted(QUORUM_TRAFFIC), skip_empty=True)
+                                   types=sorted(QUORUM_TRAFFIC), skip_empty=True, max_batch_ms=max_batch_ms)
     return (traffic(source).groupBy("destination_id")
             .applyInPandasWithState(replica_function(properties), OUTPUT_SCHEMA, STATE_SCHEMA, "append",
                                     GroupStateTimeout.NoTimeout))
 
 
 def start_quorum(warehouse: Warehouse, checkpoint: str, once: bool, properties: Mapping[str, str],
-                 max_records_per_batch: int | None, trigger_interval_ms: int) -> Any:
+                 max_records_per_batch: int | None, trigger_interval_ms: int, max_batch_ms: int | None) -> Any:
     """Start the quorum query (checkpoint: the controller's); returns the ``StreamingQuery``."""
     for name in tables_of("quorum"):
         warehouse.prepare(name, table_arrow_schema(name))
-    outputs = quorum_outputs(warehouse, properties, max_records_per_batch)
+    outputs = quorum_outputs(warehouse, properties, max_records_per_batch, max_batch_ms)
 
     def write(batch_df: Any, txn: tuple[str, int]) -> None:
         rows = [(r["table"], r["offset"], r["seq"], json.loads(r["row"])) for r in batch_df.toArrow().to_pylist()]

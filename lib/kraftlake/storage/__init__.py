@@ -144,10 +144,11 @@ class Warehouse(DeltaRsTables):
     def read_stream(
         self, name: str, max_records_per_batch: int | None = None, max_files_per_trigger: int | None = None,
         columns: list[str] | None = None, types: list[str] | None = None, json_payload: list[str] | None = None,
-        skip_empty: bool = False,
+        skip_empty: bool = False, max_batch_ms: int | None = None,
     ) -> DataFrame:
         """A stream of the table's rows; each engine bounds micro-batches its own way (see ``native``):
-        delta-rs by rows of the ``offset`` column, native by files. ``columns``: read only these (a query
+        delta-rs by rows of the ``offset`` column, and below ``max_records_per_batch`` by the time the last
+        micro-batches took (``max_batch_ms``: ``pacing``), native by files. ``columns``: read only these (a query
         that needs a few columns of a wide table then reads only their Parquet column chunks); ``types``:
         only rows whose ``type`` is one of these (filtered before they reach Spark); ``json_payload``
         (delta-rs): these struct columns reach Spark as one string column ``payload``, each row's value
@@ -157,10 +158,10 @@ class Warehouse(DeltaRsTables):
         if self.engine == NATIVE:
             from kraftlake.storage import native
 
-            if max_records_per_batch is not None:
+            if max_records_per_batch is not None or max_batch_ms is not None:
                 raise ValueError(
-                    "max_records_per_batch needs the delta-rs engine: the native Delta source can only "
-                    "bound micro-batches by files (max_files_per_trigger)"
+                    "max_records_per_batch and max_batch_ms need the delta-rs engine: the native Delta source "
+                    "can only bound micro-batches by files (max_files_per_trigger)"
                 )
             stream = native.read_stream(spark, self.path(name), max_files_per_trigger)
             if types is not None:
@@ -176,6 +177,8 @@ class Warehouse(DeltaRsTables):
         reader = spark.readStream.format(datasource.NAME).options(**datasource.source_options(self.storage_options))
         if max_records_per_batch is not None:
             reader = reader.option("maxRecordsPerBatch", max_records_per_batch)
+        if max_batch_ms is not None:
+            reader = reader.option(datasource.MAX_BATCH_MILLIS, max_batch_ms)
         if types is not None:
             reader = reader.option("typeIn", ",".join(types))
             if skip_empty:

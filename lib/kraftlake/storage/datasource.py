@@ -50,6 +50,7 @@ from kraftlake.storage.deltars import PAYLOAD
 from kraftlake.storage.deltars import (StorageOptions, as_inserts, batch_end, change_data_from, change_schema, changes,
                                        column_max, commit_times, dataset, nth_value_after, read_range, split_range,
                                        version_at)
+from kraftlake.storage.pacing import Pace
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -71,6 +72,8 @@ STREAM_PARTITION_ROWS = 200_000
 CHANGE_VERSIONS_PER_TASK = 64
 # Delta's options for a change feed, as its own readChangeFeed takes them.
 READ_CHANGE_FEED = "readChangeFeed"
+# Micro-batches sized to take about this many milliseconds at most (``pacing``), below ``maxRecordsPerBatch``.
+MAX_BATCH_MILLIS = "maxBatchMillis"
 
 
 def spark_schema(table: DeltaTable) -> StructType:
@@ -203,6 +206,9 @@ class _StreamReader(_QuietStop, DataSourceStreamReader, SupportsTriggerAvailable
         self.max_rows = int(max_rows) if max_rows is not None else None
         if self.max_rows is not None and self.max_rows < 1:
             raise ValueError(f"maxRecordsPerBatch must be positive, got {self.max_rows}")
+        # ``maxBatchMillis``: micro-batches of about this many milliseconds at most, below the row cap (``pacing``)
+        max_ms = options.get(MAX_BATCH_MILLIS)
+        self.pace = None if max_ms is None else self._pace(int(max_ms))
         self.started_with = spark_schema(self._open())
         # a table of the log's records, which ingest gives their record batch's source and position: a micro-batch
         # ends with a whole record batch (``batch_end``), so a batch's records, which explain each other, are
@@ -225,6 +231,13 @@ class _StreamReader(_QuietStop, DataSourceStreamReader, SupportsTriggerAvailable
 
     def _open(self) -> DeltaTable:
         return DeltaTable(self.path, storage_options=self.storage)
+
+    def _pace(self, max_ms: int) -> Pace:
+        if self.max_rows is None:
+            raise ValueError(f"{MAX_BATCH_MILLIS} sizes micro-batches below maxRecordsPerBatch, which is not set")
+        if max_ms < 1:
+            raise ValueError(f"{MAX_BATCH_MILLIS} must be positive, got {max_ms}")
+        return Pace(max_ms, self.max_rows)
 
     def initialOffset(self) -> dict:
         return {"offset": self.initial}
@@ -256,6 +269,8 @@ class _StreamReader(_QuietStop, DataSourceStreamReader, SupportsTriggerAvailable
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         after = start["offset"]
         table = self._table()
+        # first, with or without new rows: the micro-batch that ended at ``after`` is timed as soon as it is done
+        paced = None if self.pace is None else self.pace.rows(after, lambda lo, hi: self._count(table, lo, hi))
         latest = self.target if self.available_now else self._max(table)
         if latest is None or latest <= after:
             return start
@@ -265,12 +280,18 @@ class _StreamReader(_QuietStop, DataSourceStreamReader, SupportsTriggerAvailable
             if first is None:
                 return start
         if isinstance(limit, ReadMaxRows):
-            nth = nth_value_after(table, self.column, first, limit.max_rows)
+            rows = limit.max_rows if paced is None else min(limit.max_rows, paced)
+            nth = nth_value_after(table, self.column, first, rows)
             if nth is not None:
                 latest = min(latest, batch_end(table, self.column, nth) if self.batched else nth)
+            if self.pace is not None:
+                self.pace.plan(first, latest, rows)
         elif not isinstance(limit, ReadAllAvailable):
             raise ValueError(f"{NAME} supports ReadAllAvailable and ReadMaxRows limits, not {limit!r}")
         return {"offset": latest}
+
+    def _count(self, table: DeltaTable, after: int, end: int) -> int:
+        return read_range(table, self.column, after, end, [self.column]).num_rows
 
     def _before_first_wanted(self, table: DeltaTable, after: int, latest: int) -> int | None:
         """The offset just before the first row of ``typeIn`` in (after, latest] (None: there is none there)."""
@@ -289,6 +310,8 @@ class _StreamReader(_QuietStop, DataSourceStreamReader, SupportsTriggerAvailable
         lo, hi = start["offset"], end["offset"]
         if hi <= lo:
             return []
+        if self.pace is not None:
+            self.pace.run(lo, hi)
         # Every range, even one whose row groups hold none of ``typeIn`` (its task then reads nothing). Planning
         # no task at all for such a micro-batch was tried once and dropped after a run whose tasks failed to
         # deserialise (java.io.OptionalDataException); that failure was later traced to the source's shared
@@ -458,8 +481,9 @@ class _ChangeStreamReader(_QuietStop, _ChangeReader, DataSourceStreamReader, Sup
 
 
 class KraftlakeDeltaSource(DataSource):
-    """Options: ``path`` (the table), ``secret.storage.<key>`` (delta-rs storage options), and for streams ``maxRecordsPerBatch``, ``offsetColumn`` (default
-    ``offset``), ``startingOffset`` (first offset to read, default 0) and ``typeIn`` (only rows whose
+    """Options: ``path`` (the table), ``secret.storage.<key>`` (delta-rs storage options), and for streams
+    ``maxRecordsPerBatch``, ``maxBatchMillis`` (below that cap, micro-batches sized by the time the last ones
+    took: ``pacing``), ``offsetColumn`` (default ``offset``), ``startingOffset`` (first offset to read, default 0) and ``typeIn`` (only rows whose
     ``type`` is one of these, comma-separated). With ``readChangeFeed`` = true: the table's change data feed,
     from ``startingVersion`` or ``startingTimestamp`` (needed by a batch read; a stream without either begins
     with the table's rows as inserts), up to ``endingVersion`` or ``endingTimestamp`` (batch reads)."""
