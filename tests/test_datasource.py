@@ -364,3 +364,29 @@ def test_a_reader_bounded_by_time_plans_as_its_micro_batches_took(tmp_path: Path
         datasource._StreamReader(tables.path("metadata_log"), None, {"maxBatchMillis": "10000"})
     with pytest.raises(ValueError, match="maxBatchMillis must be positive, got 0"):
         datasource._StreamReader(tables.path("metadata_log"), None, {**options, "maxBatchMillis": "0"})
+
+
+def test_a_micro_batch_is_cut_into_min_partitions_tasks_where_its_row_groups_allow(tmp_path: Path) -> None:
+    """``minPartitions``: a micro-batch far below the rows a task may hold is still cut into that many tasks
+    (one a core), at row groups' boundaries (8 files of 1,000 rows here), tiling its range exactly."""
+    from kraftlake.storage import datasource
+    from kraftlake.storage.deltars import DeltaRsTables
+
+    tables = DeltaRsTables(str(tmp_path / "w"))
+    for first in range(0, 8_000, 1_000):
+        rows = log_rows(list(range(first, first + 1_000)))
+        tables.append("metadata_log", rows, rows.schema)
+
+    def ranges(options: dict, lo: int = -1, hi: int = 7_999) -> list[tuple[int, int]]:
+        reader = datasource._StreamReader(tables.path("metadata_log"), None, options)
+        return [(r.lo, r.hi) for r in reader.partitions({"offset": lo}, {"offset": hi})]
+
+    assert ranges({}) == [(-1, 7_999)]
+    assert ranges({"minPartitions": "1"}) == [(-1, 7_999)]
+    assert ranges({"minPartitions": "2"}) == [(-1, 3_999), (3_999, 7_999)]
+    assert ranges({"minPartitions": "4"}) == [(-1, 1_999), (1_999, 3_999), (3_999, 5_999), (5_999, 7_999)]
+    assert len(ranges({"minPartitions": "64"})) == 8  # no finer than the row groups
+    # 3,500 rows: 1,750 a task; the row group 2,000-2,999 counts whole (an estimate), so the cut follows 3,999
+    assert ranges({"minPartitions": "2"}, 2_499, 5_999) == [(2_499, 3_999), (3_999, 5_999)]
+    with pytest.raises(ValueError, match="minPartitions must be positive, got 0"):
+        ranges({"minPartitions": "0"})

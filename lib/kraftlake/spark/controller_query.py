@@ -555,7 +555,7 @@ def check_start(warehouse: Warehouse, checkpoint: str) -> None:
         raise RuntimeError(f"no metadata_log in {warehouse.root}: ingest a log first (jobs/ingest.py)")
 
 
-def controller_input(warehouse: Warehouse) -> dict[str, list[str]]:
+def controller_input(warehouse: Warehouse) -> dict[str, Any]:
     """The columns and types of ``metadata_log`` the controller reads: its records and requests, not the
     NoOpRecords and quorum traffic it skips (a third of a typical log, and most of the table's columns),
     which the source then never hands to Spark. The payloads of the many rarer types come folded into one
@@ -568,8 +568,11 @@ def controller_input(warehouse: Warehouse) -> dict[str, list[str]]:
     fixed = [c for c in ROUTED_FIXED if c in present]
     if warehouse.engine == NATIVE:
         return {"columns": fixed + payloads, "types": types}
+    # a micro-batch's first stage (the source, routing, packing) in a task per core: one of 200,000 requests
+    # in one task held a core alone for a third of the micro-batch
     return {"columns": fixed + [c for c in payloads if c in STRUCT_PAYLOADS], "types": types,
-            "json_payload": [c for c in payloads if c not in STRUCT_PAYLOADS]}
+            "json_payload": [c for c in payloads if c not in STRUCT_PAYLOADS],
+            "min_partitions": warehouse.spark.sparkContext.defaultParallelism}
 
 
 STRUCT_PAYLOADS = ("PartitionChangeRecord", "PartitionRecord", HEARTBEAT)

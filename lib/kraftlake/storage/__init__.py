@@ -144,7 +144,7 @@ class Warehouse(DeltaRsTables):
     def read_stream(
         self, name: str, max_records_per_batch: int | None = None, max_files_per_trigger: int | None = None,
         columns: list[str] | None = None, types: list[str] | None = None, json_payload: list[str] | None = None,
-        skip_empty: bool = False, max_batch_ms: int | None = None,
+        skip_empty: bool = False, max_batch_ms: int | None = None, min_partitions: int | None = None,
     ) -> DataFrame:
         """A stream of the table's rows; each engine bounds micro-batches its own way (see ``native``):
         delta-rs by rows of the ``offset`` column, and below ``max_records_per_batch`` by the time the last
@@ -153,7 +153,8 @@ class Warehouse(DeltaRsTables):
         only rows whose ``type`` is one of these (filtered before they reach Spark); ``json_payload``
         (delta-rs): these struct columns reach Spark as one string column ``payload``, each row's value
         as JSON (the native engine gives the struct columns themselves); ``skip_empty`` (delta-rs, with
-        ``types``): no micro-batch for rows none of which is of ``types``."""
+        ``types``): no micro-batch for rows none of which is of ``types``; ``min_partitions`` (delta-rs): tasks a
+        micro-batch is cut into at least, where its row groups allow (native cuts by files)."""
         spark = self._session()
         if self.engine == NATIVE:
             from kraftlake.storage import native
@@ -179,6 +180,8 @@ class Warehouse(DeltaRsTables):
             reader = reader.option("maxRecordsPerBatch", max_records_per_batch)
         if max_batch_ms is not None:
             reader = reader.option(datasource.MAX_BATCH_MILLIS, max_batch_ms)
+        if min_partitions is not None:
+            reader = reader.option(datasource.MIN_PARTITIONS, min_partitions)
         if types is not None:
             reader = reader.option("typeIn", ",".join(types))
             if skip_empty:
