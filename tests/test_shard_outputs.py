@@ -147,6 +147,10 @@ def test_json_texts_are_json_dumps_for_repeated_and_lookalike_values() -> None:
               {}, {}, {"ErrorMessage": "a"}, {"ErrorMessage": None}]
     assert json_texts(values) == [json.dumps(v, default=json_bytes) for v in values]
     assert json_texts([]) == []
+    # one object several times (a step's shared answer), beside equal and lookalike others
+    shared, nested = {"ErrorCode": 0, "IsFenced": False}, {"Topics": [{"Name": "a"}]}
+    again = [shared, {"ErrorCode": 0, "IsFenced": 0}, shared, nested, {"Topics": []}, nested, shared]
+    assert json_texts(again) == [json.dumps(v, default=json_bytes) for v in again]
 
 
 def test_merged_answers_of_same_and_different_texts_are_merged_responses_rows() -> None:

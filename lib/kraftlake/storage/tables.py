@@ -131,18 +131,24 @@ def json_texts(values: Sequence[dict]) -> list[str]:
     """Each dict as ``json.dumps`` writes it; a dict of scalar keys and values only once per distinct
     sequence of (key, value) and their types, since nine answers in ten are a steady heartbeat's, the same
     few fields and values. Types are part of the key (``True == 1``, yet one is written ``true``); floats
-    never share a text (``-0.0 == 0.0``)."""
+    never share a text (``-0.0 == 0.0``). Before any of that, one dict object met again is its text again:
+    a step answers its steady heartbeats with one shared dict (200,000 answers, ~5,000 objects), and
+    ``values`` keeps each object alive, so no id is reused within the call."""
     texts: dict[tuple, str] = {}
+    seen: dict[int, str] = {}
     out = []
     for value in values:
-        types = tuple(map(type, value)) + tuple(map(type, value.values()))
-        if _SCALARS.issuperset(types):
-            key = (tuple(value.items()), types)
-            text = texts.get(key)
-            if text is None:
-                text = texts[key] = json.dumps(value, default=json_bytes)
-        else:
-            text = json.dumps(value, default=json_bytes)
+        text = seen.get(id(value))
+        if text is None:
+            types = tuple(map(type, value)) + tuple(map(type, value.values()))
+            if _SCALARS.issuperset(types):
+                key = (tuple(value.items()), types)
+                text = texts.get(key)
+                if text is None:
+                    text = texts[key] = json.dumps(value, default=json_bytes)
+            else:
+                text = json.dumps(value, default=json_bytes)
+            seen[id(value)] = text
         out.append(text)
     return out
 
