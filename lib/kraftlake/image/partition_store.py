@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import operator
+import weakref
 import zlib
 from collections.abc import Iterator, MutableMapping
 from typing import Iterable, NamedTuple
@@ -372,13 +373,18 @@ class PartitionMap(MutableMapping):
 
     ``rows`` are the partitions in the columns; ``objects`` the registrations made from them or assigned
     since the last flush, and ``pending`` the ids among those not yet written to the columns.
+
+    ``store`` is a weak proxy: the store holds its maps (``maps``, ``dirty``), and a strong reference back
+    would make every image a cycle that only the collector frees once dropped (issue 27): a copy of the
+    image a decision builds on (``cluster_control.expire_sessions``), the image a snapshot replaces, a
+    shard's state parsed again. The store lives as long as its image, which every map is reached through.
     """
 
     __slots__ = ("store", "topic_id", "rows", "objects", "pending", "_keys")
 
     def __init__(self, store: PartitionStore, topic_id: str, rows: dict[int, int],
                  objects: dict[int, PartitionRegistration] | None = None) -> None:
-        self.store, self.topic_id, self.rows = store, topic_id, rows
+        self.store, self.topic_id, self.rows = weakref.proxy(store), topic_id, rows
         self.objects: dict[int, PartitionRegistration] = objects or {}
         self.pending: set[int] = set()
         self._keys: list[int] | None = None
