@@ -178,16 +178,18 @@ def measure_target(config, work: Path, args: argparse.Namespace) -> dict:
 def measure_requests(config, work: Path, args: argparse.Namespace, count: int) -> dict:
     """The issue's second headline: ``count`` requests of the soak's mix (its simulated cluster: --soak-brokers
     brokers, --soak-topics topics of 10 partitions; nine in ten requests are heartbeats) decided by the
-    pure core's shard steps in micro-batches of --soak-batch (generation not timed), and by the Spark job
+    pure core's shard steps in micro-batches of --requests-batch (default: what the job's own setting gives,
+    ``kraftlake.controller.max.records.per.batch``) (generation not timed), and by the Spark job
     (AvailableNow, as ``jobs/controller.py --once``) over the same requests ingested into a warehouse; then
     the job's tables against one replay by the core (row multisets, ``benchmarks.soak``)."""
     options = SimulationOptions(brokers=args.soak_brokers, topics=args.soak_topics, partitions_per_topic=10)
     kafka = kafka_configs(config)
+    batch = args.requests_batch or config.get_int("kraftlake.controller.max.records.per.batch", minimum=0) or count
     out: dict = {"requests": count, "brokers": options.brokers, "partitions": options.topics * 10,
-                 "shards": args.shards, "max_records_per_batch": args.soak_batch}
+                 "shards": args.shards, "max_records_per_batch": batch}
     stages: dict = {}
     seconds, replayed, _ = core_replay_chunked(simulated_requests(count, options, kafka), args.shards,
-                                               chunk=args.soak_batch,
+                                               chunk=batch,
                                                meter=meter(config, "bench core requests", "requests", count))
     stages[CORE] = {"seconds": round(seconds, 3), "requests": replayed, "requests_per_s": round(replayed / seconds)}
     log(f"requests, {CORE}: {replayed:,} in {seconds:.2f} s = {stages[CORE]['requests_per_s']:,} requests/s")
@@ -199,7 +201,7 @@ def measure_requests(config, work: Path, args: argparse.Namespace, count: int) -
     warehouse = open_warehouse(config.with_overrides({"kraftlake.warehouse": str(root / "warehouse")}),
                                "kraftlake-bench-requests")
     settings = ControllerSettings(shards=args.shards, checkpoint=str(root / "checkpoint"), once=True,
-                                  max_records_per_batch=args.soak_batch, kafka_config=kafka)
+                                  max_records_per_batch=batch, kafka_config=kafka)
     timed("Spark replay (AvailableNow)", stages, count, lambda: run(warehouse, settings, meter(config, "bench replay",
                                                                                                 "offsets")))
     spark = stages["Spark replay (AvailableNow)"]
@@ -230,8 +232,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the issue's headline run: --target-events over --target-partitions, end to end")
     parser.add_argument("--target-events", type=int, default=10_000_000, help="records stage (0: skip it)")
     parser.add_argument("--target-requests", type=int,
-                        help=f"requests stage, of the soak's mix (--soak-brokers, --soak-topics, --soak-batch; "
+                        help=f"requests stage, of the soak's mix (--soak-brokers, --soak-topics, --requests-batch; "
                              f"default {FULL['target_requests']:,}, --quick {QUICK['target_requests']:,}; 0: skip it)")
+    parser.add_argument("--requests-batch", type=int,
+                        help="the requests stage's micro-batches (default: the job's "
+                             "kraftlake.controller.max.records.per.batch)")
     parser.add_argument("--target-partitions", type=int, default=1_000_000,
                         help="a multiple of 1,000 (topics of 1,000 partitions)")
     parser.add_argument("--target-batch", type=int, default=1_000_000, help="max log rows per micro-batch")
