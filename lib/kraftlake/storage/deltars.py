@@ -97,19 +97,26 @@ def _option(options: Mapping[str, str], *names: str) -> str | None:
     return next((lowered[n] for n in names if n in lowered), None)
 
 
-def filesystem(uri: str, storage_options: StorageOptions = None,
-               retries: int | None = None) -> tuple[pafs.FileSystem, str]:
+def with_retries_at_most(storage_options: StorageOptions, retries: int) -> StorageOptions:
+    """The options with the clients' ``max_retries`` (delta-rs' and ``filesystem``'s) at most ``retries``: for a
+    caller that must not wait on one call for long (the lease: 11 attempts on a store that drops every
+    connection take 109 s through pyarrow, ~25 s through delta-rs). None (a local path) stays None."""
+    if storage_options is None:
+        return None
+    configured = int(_option(storage_options, "max_retries") or OBJECT_STORE_RETRIES)
+    return {**storage_options, "max_retries": str(min(configured, retries))}
+
+
+def filesystem(uri: str, storage_options: StorageOptions = None) -> tuple[pafs.FileSystem, str]:
     """A pyarrow filesystem and the path in it for a local path or a URI, for what delta-rs does not do
     (listing the warehouse, a checkpoint's files, the lease's renewals). ``s3://`` and Hadoop's ``s3a://``
     name the same objects; they reach the endpoint with the credentials of delta-rs' storage options, so
     one set of ``kraftlake.storage.*`` settings serves both, ``max_retries`` included (pyarrow's own
-    default is 3 attempts, against delta-rs' 11). ``retries`` caps them for a caller that must not wait on
-    one call for long (the lease: 11 attempts on a store that drops every connection take 109 s)."""
+    default is 3 attempts, against delta-rs' 11)."""
     parsed = urlparse(uri)
     if parsed.scheme in ("s3", "s3a"):
         options = storage_options or {}
         endpoint = _option(options, "aws_endpoint_url", "aws_endpoint", "endpoint_url", "endpoint")
-        configured = int(_option(options, "max_retries") or OBJECT_STORE_RETRIES)
         s3 = pafs.S3FileSystem(
             access_key=_option(options, "aws_access_key_id", "access_key_id"),
             secret_key=_option(options, "aws_secret_access_key", "secret_access_key"),
@@ -117,8 +124,8 @@ def filesystem(uri: str, storage_options: StorageOptions = None,
             region=_option(options, "aws_region", "region") or "us-east-1",
             endpoint_override=None if endpoint is None else urlparse(endpoint).netloc or endpoint,
             scheme="http" if endpoint is not None and endpoint.startswith("http://") else "https",
-            retry_strategy=pafs.AwsStandardS3RetryStrategy(
-                max_attempts=1 + (configured if retries is None else min(configured, retries))))
+            retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1 + int(_option(options, "max_retries")
+                                                                                 or OBJECT_STORE_RETRIES)))
         return s3, f"{parsed.netloc}{parsed.path}".rstrip("/")
     path = local_path(uri)
     return pafs.FileSystem.from_uri(uri) if path is None else (pafs.LocalFileSystem(), path)

@@ -42,7 +42,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
-from kraftlake.storage.deltars import StorageOptions, filesystem, is_local, normalize_root
+from kraftlake.storage.deltars import StorageOptions, filesystem, is_local, normalize_root, with_retries_at_most
 
 _KEY = "kraftlake.lease"  # the commit-info entry holding an acquisition or release
 _SCHEMA = pa.schema([pa.field("epoch", pa.int64())])  # a Delta table needs a column; it never gets a row
@@ -165,9 +165,8 @@ class Lease:
         self._renew_by: float | None = None  # while held(): the monotonic time the next renewal must end by
         self._renewal_error: Exception | None = None  # the last renewal's failure, if it failed
         self.storage_options = None if is_local(self.root) or not storage_options else dict(storage_options)
-        self._filesystem, self._base = filesystem(self.path, self.storage_options, retries=CLIENT_RETRIES)
-        self._renewal_options = None if self.storage_options is None else \
-            {**self.storage_options, "max_retries": str(CLIENT_RETRIES)}
+        self._client_options = with_retries_at_most(self.storage_options, CLIENT_RETRIES)
+        self._filesystem, self._base = filesystem(self.path, self._client_options)
         self._ending = threading.Event()  # set as held()'s block ends: its renewer's store calls are not retried
         self._renewer: threading.Thread | None = None
 
@@ -333,7 +332,7 @@ class Lease:
     def renew(self) -> None:
         """Record that the holder is alive; ``LeaseLost`` if another process took the lease over."""
         assert self.epoch is not None, "renew() before acquire()"
-        state, _ = self.look(self._renewal_options)
+        state, _ = self.look(self._client_options)
         if state.epoch != self.epoch:
             taker = "released" if state.holder is None else f"taken over by {state.holder.describe()}"
             raise LeaseLost(f"the {self.job} lease on {self.root} was {taker} (epoch {state.epoch}, ours was "
