@@ -1,9 +1,9 @@
-"""The controller's events across the shuffle, packed (``controller_query.pack_routed``, ``unpacked_frames``),
+"""The controller's events across the shuffle, packed (``routing.pack_routed``, ``controller_query.unpacked_frames``),
 checked without Spark: per source batch and shard one Arrow IPC stream of that shard's rows, which the
 shard turns back into the frames it would have got had every row crossed on its own (one per shard it goes
 to), as pyspark turns a group's Arrow rows into pandas, batch by batch.
 
-The batches are written by hand as ``routed_columns`` hands them to ``mapInArrow``: column ``shard`` holds a
+The batches are written by hand as ``routing.routed`` makes them: column ``shard`` holds a
 topic's shard key, or null for an event that goes to every shard."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import pyarrow as pa
 import pytest
 from pandas.testing import assert_frame_equal
 
-from kraftlake.spark.controller_query import PACKED_SCHEMA, events_of_frames, pack_routed, unpacked_frames
+from kraftlake.spark.controller_query import events_of_frames, unpacked_frames
+from kraftlake.spark.routing import PACKED_SCHEMA, pack_routed
 
 KEYS = (5, 9, 2)  # group keys as ``queries.spread_keys`` gives them: not 0..n-1
 MAX, MIN = 2 ** 63 - 1, -(2 ** 63)

@@ -18,8 +18,8 @@ from kraftlake.controller.dispatch import BROKER_REQUESTS, PARTITION_REQUESTS, T
 from kraftlake.controller.shards import Output, ShardState, expand, merged_responses, routes, step
 from kraftlake.image.cluster_image import ClusterImage
 from kraftlake.metadata.tables import table_arrow_schema
-from kraftlake.spark.controller_query import (CHANGE_COLUMNS, HEARTBEAT_COLUMNS, HEARTBEAT_FILL, events_of_frames,
-                                              merged_answers)
+from kraftlake.spark.controller_query import events_of_frames, merged_answers
+from kraftlake.spark.routing import CHANGE_COLUMNS, HEARTBEAT_COLUMNS, HEARTBEAT_FILL
 from kraftlake.storage.tables import answers_schema, answers_to_arrow, json_texts
 from test_request_fast_path import CONFIG, hard_log
 
@@ -49,7 +49,7 @@ JSON_EVENTS = [
 
 
 def routed_frame(columns: list[dict], payloads: list[dict]) -> pd.DataFrame:
-    """Rows as ``routed_events`` makes them: ``columns``' heartbeats in ``HEARTBEAT_COLUMNS`` without a payload,
+    """Rows as ``routing.routed`` makes them: ``columns``' heartbeats in ``HEARTBEAT_COLUMNS`` without a payload,
     ``payloads``' events as JSON with the heartbeat columns filled, through Arrow into pandas as pyspark does."""
     types = {"h_broker": pa.int32(), "h_epoch": pa.int64(), "h_offset": pa.int64(), "h_fence": pa.bool_(),
              "h_shutdown": pa.bool_(), "h_dirs": pa.list_(pa.string())}

@@ -22,7 +22,7 @@ import threading
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
-from functools import partial, reduce
+from functools import partial
 from typing import Any, Callable, Iterable, Iterator, Mapping, TextIO
 
 import numpy as np
@@ -32,22 +32,23 @@ import pyarrow.compute as pc
 from kraftlake.codec.events import json_bytes
 from kraftlake.controller.anomalies import IMBALANCE
 from kraftlake.controller.dispatch import merge_responses
-from kraftlake.controller.shards import (LEADER_COUNTS, SKIPPED, TOPIC_SCOPED, Block, Output, ShardState,
+from kraftlake.controller.shards import (LEADER_COUNTS, SKIPPED, Block, Output, ShardState,
                                         leader_imbalance, rows_table, step)
 from kraftlake.image.cluster_image import normalize_uuid
-from kraftlake.image.partition_changes import SIMPLE_RECOVERY_STATES, UNSET_FIELDS, Changes
+from kraftlake.image.partition_changes import Changes
 from kraftlake.metadata.collector import collector_paused
 from kraftlake.metadata.config import defaults
 from kraftlake.metadata.progress import Meter
 from kraftlake.metadata.schemas import StructSpec, registry
-from kraftlake.metadata.tables import (FIXED_COLUMNS, derived_tables, metadata_log_schema, table_arrow_schema, table_keys,
-                                       tables_of)
+from kraftlake.metadata.tables import FIXED_COLUMNS, derived_tables, table_arrow_schema, table_keys, tables_of
 from kraftlake.report.metrics import PATH as METRICS_PATH, MetricsServer
 from kraftlake.spark.queries import (SHUFFLE_PARTITIONS, BackfillGuard, ControllerMetrics, LogProgress, MetadataLogEnd,
                                      delete_dir, group_keys, open_anomalies, parse_state, query_id, spread_keys,
                                      start_sink, supervise)
 from kraftlake.spark.quorum_query import quorum_outputs, start_quorum
-from kraftlake.storage import NATIVE, PAYLOAD, Warehouse
+from kraftlake.spark.routing import (HEARTBEAT, HEARTBEAT_COLUMNS, HEARTBEAT_FILL, PACKED_SCHEMA,
+                                     ROUTED_COLUMNS, ipc_stream, packed_batches)
+from kraftlake.storage import NATIVE, Warehouse
 from kraftlake.storage.lease import Lease
 from kraftlake.storage.tables import answers_to_arrow, controller_log_schema, controller_log_to_arrow, rows_to_arrow
 
@@ -120,20 +121,6 @@ def _event(offset: Any, leader_epoch: Any, ts: Any, type_: str, version: Any, pa
             "position": None if position is None or position != position else int(position)}  # NaN: null
 
 
-ROUTED_COLUMNS = ("offset", "leader_epoch", "ts", "type", "version", "payload", "source", "position")
-# A simple PartitionChangeRecord (``partition_changes.is_simple``) crosses the shuffle as these columns and
-# no JSON payload, and reaches the shard step as ``Changes`` columns: no JSON, no dict per record.
-CHANGE_COLUMNS = {"c_topic": "TopicId", "c_partition": "PartitionId", "c_leader": "Leader", "c_isr": "Isr",
-                  "c_recovery": "LeaderRecoveryState"}
-# A BrokerHeartbeatRequest (nine requests in ten, each sent to every shard) crosses as these columns and no
-# JSON payload when its scalar fields are set; on other rows they hold a filler (``HEARTBEAT_FILL``), so that
-# pandas keeps the 64-bit ints exact instead of making floats of a column with nulls.
-HEARTBEAT = "BrokerHeartbeatRequest"
-HEARTBEAT_COLUMNS = {"h_broker": "BrokerId", "h_epoch": "BrokerEpoch", "h_offset": "CurrentMetadataOffset",
-                     "h_fence": "WantFence", "h_shutdown": "WantShutDown", "h_dirs": "OfflineLogDirs"}
-HEARTBEAT_FILL = {"h_broker": 0, "h_epoch": 0, "h_offset": 0, "h_fence": False, "h_shutdown": False}
-
-
 def events_of_frames(frames: Iterator[Any]) -> tuple[list[dict], Changes | None]:
     """The events of a shard's routed pandas frames, column by column (no per-row Series or dict), and
     the simple PartitionChangeRecords among them as ``Changes``."""
@@ -182,87 +169,8 @@ def _changes(frame: Any) -> Changes:
                    [None if v is None else tuple(v.tolist()) for v in frame["c_isr"].tolist()], ints("c_recovery"))
 
 
-def routed_columns(spark_df: Any, shards: int, keys: list[int]) -> Any:
-    """Each event once, its payload as JSON (a simple PartitionChangeRecord's as ``CHANGE_COLUMNS``, a
-    heartbeat's as ``HEARTBEAT_COLUMNS``), and in column ``shard`` the one shard a topic's event goes to
-    (``keys[shard]``: see ``queries.group_keys``) or null for every shard; NoOpRecords dropped."""
-    from pyspark.sql import functions as F
-
-    present = set(spark_df.columns)
-    payload_columns = [f.name for f in metadata_log_schema() if f.name in present and f.name not in FIXED_COLUMNS]
-    # a row has one payload column set: the coalesce stops there, so the commonest types go first
-    payload_columns.sort(key=lambda c: c not in TOPIC_SCOPED)
-    options = {"ignoreNullFields": "false"}
-    payloads = [F.to_json(F.col(c), options) for c in payload_columns] + \
-        ([F.col(PAYLOAD)] if PAYLOAD in present else [])  # the source folded the rarer types' into JSON
-    payload = F.coalesce(*payloads) if payloads else F.lit(None).cast("string")
-    change = F.col("PartitionChangeRecord")
-    simple = reduce(operator.and_, [change[name].isNull() for name in UNSET_FIELDS],
-                    (F.col("type") == "PartitionChangeRecord")
-                    & (change.Directories.isNull() | (F.size(change.Directories) == 0))
-                    & change.LeaderRecoveryState.isin(*SIMPLE_RECOVERY_STATES)) \
-        if "PartitionChangeRecord" in present else F.lit(False)
-    columns = [F.when(simple, change[field]).alias(name) if "PartitionChangeRecord" in present
-               else F.lit(None).alias(name) for name, field in CHANGE_COLUMNS.items()]
-    heartbeat = F.col(HEARTBEAT)
-    plain = reduce(operator.and_, [heartbeat[HEARTBEAT_COLUMNS[c]].isNotNull() for c in HEARTBEAT_FILL],
-                   F.col("type") == HEARTBEAT) if HEARTBEAT in present else F.lit(False)
-    for name, field in HEARTBEAT_COLUMNS.items():
-        value = F.when(plain, heartbeat[field]) if HEARTBEAT in present else F.lit(None)
-        columns.append((value if name not in HEARTBEAT_FILL else
-                        F.coalesce(value, F.lit(HEARTBEAT_FILL[name]))).alias(name))
-    simple = simple | plain  # rows whose payload crosses as columns
-    topic_ids = [F.col(f"{t}.{key}") for t, key in TOPIC_SCOPED.items() if t in present]
-    topic_id = F.coalesce(*topic_ids) if topic_ids else F.lit(None).cast("string")
-    one_shard = F.element_at(F.array(*[F.lit(k) for k in keys]),
-                             (F.pmod(F.crc32(F.encode(topic_id, "UTF-8")), F.lit(shards)) + 1).cast("int"))
-    target = F.when(F.col("type").isin(*TOPIC_SCOPED), one_shard)
-    return (spark_df.where(~F.col("type").isin(*SKIPPED))
-            .select(target.alias("shard"), "offset", "leader_epoch",
-                    F.unix_millis("timestamp").alias("ts"), "type", "version",
-                    F.when(simple, F.lit(None).cast("string")).otherwise(payload).alias("payload"),
-                    "source", "position", *columns))
-
-
-# What crosses the shuffle to the shards: per source Arrow batch and shard, that shard's rows of
-# ``routed_columns`` (without ``shard``) as one Arrow IPC stream, ``first`` its lowest offset.
-PACKED_SCHEMA = "shard int not null, first long not null, rows binary not null"
-
-
-def routed_events(spark_df: Any, shards: int, keys: list[int] | None = None) -> Any:
-    """``routed_columns`` packed by ``pack_routed``: a heartbeat, sent to every shard, is one row of a
-    shard's IPC stream instead of a row of its own per shard, which the JVM would convert to Arrow one by
-    one for ``applyInPandasWithState``."""
-    keys = list(range(shards)) if keys is None else keys
-    return routed_columns(spark_df, shards, keys).mapInArrow(partial(pack_routed, keys=tuple(keys)), PACKED_SCHEMA)
-
-
-def pack_routed(batches: Iterable[pa.RecordBatch], keys: tuple[int, ...]) -> Iterator[pa.RecordBatch]:
-    """``routed_columns``' batches as ``PACKED_SCHEMA`` rows: one per batch and shard that has rows in it.
-    Rows going to every shard are written once per shard; a batch of only such rows is written once."""
-    for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        target = batch.column("shard")
-        rows = batch.drop_columns(["shard"])
-        if target.null_count == batch.num_rows:
-            blob = _ipc(rows)
-            parts = [(key, rows, blob) for key in keys]
-        else:
-            everyone = pc.is_null(target)
-            parts = []
-            for key in keys:
-                mine = rows.filter(pc.or_(everyone, pc.fill_null(pc.equal(target, key), False)))
-                if mine.num_rows:
-                    parts.append((key, mine, _ipc(mine)))
-        yield pa.RecordBatch.from_arrays(
-            [pa.array([key for key, _, _ in parts], pa.int32()),
-             pa.array([pc.min(part.column("offset")).as_py() for _, part, _ in parts], pa.int64()),
-             pa.array([blob for _, _, blob in parts], pa.binary())], names=["shard", "first", "rows"])
-
-
 def unpacked_frames(frames: Iterable[Any]) -> Iterator[Any]:
-    """A shard's ``routed_columns`` rows from the packed frames Spark hands the shard (``pack_routed``): a
+    """A shard's rows (``routing.routed``) from the packed frames Spark hands the shard (``routing.pack_routed``): a
     pandas frame per stream, made as pyspark makes one of each Arrow batch of a group's rows (an int column
     with nulls as floats, lists as numpy arrays), one at a time, so that no more is held at once than
     before. The streams go in the order of their first offsets; Spark's shuffle keeps no order, and ``step``
@@ -276,7 +184,7 @@ def unpacked_frames(frames: Iterable[Any]) -> Iterator[Any]:
 
 def shard_function(shards: int, kafka_config: Mapping[str, str], keys: list[int] | None = None):
     """The function ``applyInPandasWithState`` runs per shard and micro-batch (pickled to executors);
-    ``keys`` are the shards' group keys (``routed_events``)."""
+    ``keys`` are the shards' group keys (``routing.packed_batches``)."""
     config = dict(kafka_config)
     shard_of = {k: s for s, k in enumerate(range(shards) if keys is None else keys)}
 
@@ -352,7 +260,7 @@ def outputs_frame(outputs: list[Output | Block]) -> Any:
     typed["controller_log"] = [controller_log_to_arrow(logged)] if logged else []
     for name, parts in typed.items():
         if parts:
-            for column, value in zip(frame.values(), (name, ARROW_OP, -1, 0, None, _ipc(pa.concat_tables(parts)))):
+            for column, value in zip(frame.values(), (name, ARROW_OP, -1, 0, None, ipc_stream(pa.concat_tables(parts)))):
                 column.append(value)
     return pd.DataFrame({**frame, "offset": pd.Series(frame["offset"], dtype="int64"),
                          "seq": pd.Series(frame["seq"], dtype="int32")})
@@ -366,14 +274,6 @@ def typed_table(name: str, outputs: list[Output]) -> pa.Table:
     table = rows_table(name, "", [o.offset for o in outputs], [o.seq for o in outputs],
                        dict(zip(schema.names, transposed)))
     return table.set_column(0, "op", pa.array([o.op for o in outputs], pa.string()))
-
-
-def _ipc(table: pa.Table | pa.RecordBatch) -> bytes:
-    sink = pa.BufferOutputStream()
-    options = pa.ipc.IpcWriteOptions(compression="lz4" if pa.Codec.is_available("lz4") else None)
-    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
-        writer.write(table)
-    return sink.getvalue().to_pybytes()
 
 
 def _arrow_rows(name: str, rows: list[dict]) -> pa.Table:
@@ -555,12 +455,12 @@ def check_start(warehouse: Warehouse, checkpoint: str) -> None:
         raise RuntimeError(f"no metadata_log in {warehouse.root}: ingest a log first (jobs/ingest.py)")
 
 
-def controller_input(warehouse: Warehouse) -> dict[str, Any]:
+def controller_input(warehouse: Warehouse, shards: int, keys: list[int]) -> dict[str, Any]:
     """The columns and types of ``metadata_log`` the controller reads: its records and requests, not the
     NoOpRecords and quorum traffic it skips (a third of a typical log, and most of the table's columns),
-    which the source then never hands to Spark. The payloads of the many rarer types come folded into one
-    JSON string column (``json_payload``) on the delta-rs engine: the hot ones (``STRUCT_PAYLOADS``)
-    keep their struct columns."""
+    which the source then never hands to Spark. On the delta-rs engine the payloads of the many rarer types
+    come folded into one JSON string column (``json_payload``), the hot ones (``STRUCT_PAYLOADS``) keep their
+    struct columns, and the source's read tasks route and pack the rows themselves (``routing``)."""
     present = [f.name for f in warehouse.table("metadata_log").schema().to_arrow()]
     payloads = [c for c in present if c not in FIXED_COLUMNS and c not in SKIPPED]
     # every type, those without fields (EndTransactionRecord, ...) too: they have no column
@@ -572,7 +472,9 @@ def controller_input(warehouse: Warehouse) -> dict[str, Any]:
     # in one task held a core alone for a third of the micro-batch
     return {"columns": fixed + [c for c in payloads if c in STRUCT_PAYLOADS], "types": types,
             "json_payload": [c for c in payloads if c not in STRUCT_PAYLOADS],
-            "min_partitions": warehouse.spark.sparkContext.defaultParallelism}
+            "min_partitions": warehouse.spark.sparkContext.defaultParallelism,
+            "transform": (f"{packed_batches.__module__}:{packed_batches.__name__}",
+                          {"shards": shards, "keys": list(keys)}, PACKED_SCHEMA)}
 
 
 STRUCT_PAYLOADS = ("PartitionChangeRecord", "PartitionRecord", HEARTBEAT)
@@ -585,8 +487,11 @@ def controller_outputs(warehouse: Warehouse, settings: ControllerSettings, keys:
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     source = warehouse.read_stream("metadata_log", max_records_per_batch=settings.max_records_per_batch,
-                                   max_batch_ms=settings.max_batch_ms, **controller_input(warehouse))
-    return (routed_events(source, settings.shards, keys)
+                                   max_batch_ms=settings.max_batch_ms,
+                                   **controller_input(warehouse, settings.shards, keys))
+    if warehouse.engine == NATIVE:  # Delta's own source: its rows routed and packed in Python all the same
+        source = source.mapInArrow(partial(packed_batches, shards=settings.shards, keys=keys), PACKED_SCHEMA)
+    return (source
             .groupBy("shard")
             .applyInPandasWithState(shard_function(settings.shards, settings.kafka_config, keys), OUTPUT_SCHEMA,
                                     STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout))

@@ -11,6 +11,7 @@ This package imports pyspark lazily: ``kraftlake.storage.deltars`` must stay imp
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -145,6 +146,7 @@ class Warehouse(DeltaRsTables):
         self, name: str, max_records_per_batch: int | None = None, max_files_per_trigger: int | None = None,
         columns: list[str] | None = None, types: list[str] | None = None, json_payload: list[str] | None = None,
         skip_empty: bool = False, max_batch_ms: int | None = None, min_partitions: int | None = None,
+        transform: tuple[str, dict, str] | None = None,
     ) -> DataFrame:
         """A stream of the table's rows; each engine bounds micro-batches its own way (see ``native``):
         delta-rs by rows of the ``offset`` column, and below ``max_records_per_batch`` by the time the last
@@ -154,7 +156,9 @@ class Warehouse(DeltaRsTables):
         (delta-rs): these struct columns reach Spark as one string column ``payload``, each row's value
         as JSON (the native engine gives the struct columns themselves); ``skip_empty`` (delta-rs, with
         ``types``): no micro-batch for rows none of which is of ``types``; ``min_partitions`` (delta-rs): tasks a
-        micro-batch is cut into at least, where its row groups allow (native cuts by files)."""
+        micro-batch is cut into at least, where its row groups allow (native cuts by files); ``transform``
+        (delta-rs, with ``columns``): (``module:function``, its keyword arguments, the schema it gives as DDL), what
+        the read tasks hand the rows to (``datasource.TRANSFORM``), whose batches are the stream's rows."""
         spark = self._session()
         if self.engine == NATIVE:
             from kraftlake.storage import native
@@ -188,6 +192,12 @@ class Warehouse(DeltaRsTables):
                 reader = reader.option("skipEmptyBatches", "true")
         if json_payload:
             reader = reader.option("jsonPayload", ",".join(json_payload))
+        if transform is not None:
+            if columns is None:
+                raise ValueError("a transform reads the columns it is given: pass columns")
+            function, arguments, schema = transform
+            return (reader.option(datasource.TRANSFORM, function).option(datasource.TRANSFORM_ARGS, json.dumps(arguments))
+                    .option(datasource.TRANSFORM_INPUT, ",".join(columns)).schema(schema).load(self.path(name)))
         if columns is not None or json_payload:  # the source reads the columns of the schema it is given
             from pyspark.sql.types import StringType, StructField, StructType
 

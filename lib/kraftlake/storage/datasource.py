@@ -20,6 +20,7 @@ the same rows whenever it is run again, and a stream restarted from its checkpoi
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import weakref
@@ -43,7 +44,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StringType, StructField, StructType
 
 from kraftlake.codec.events import json_bytes
 from kraftlake.storage.deltars import PAYLOAD
@@ -77,6 +78,11 @@ CHANGE_VERSIONS_PER_TASK = 64
 READ_CHANGE_FEED = "readChangeFeed"
 # Micro-batches sized to take about this many milliseconds at most (``pacing``), below ``maxRecordsPerBatch``.
 MAX_BATCH_MILLIS = "maxBatchMillis"
+# A stream's rows handed, in its read tasks, to a function of a layer above this one (``module:function``, of
+# kraftlake only) with the JSON object of ``transformArgs`` as keyword arguments, which gives the batches of the
+# schema the stream was given; ``transformInput``: the columns it reads (comma-separated). The controller routes
+# and packs its events so (``spark.routing``): the JVM then never takes in the log's wide rows one by one.
+TRANSFORM, TRANSFORM_ARGS, TRANSFORM_INPUT = "transform", "transformArgs", "transformInput"
 
 
 def spark_schema(table: DeltaTable) -> StructType:
@@ -222,6 +228,11 @@ class _StreamReader(_QuietStop, DataSourceStreamReader, SupportsTriggerAvailable
         self.batched = {"source", "position"} <= set(self.started_with.fieldNames())
         folded = options.get("jsonPayload")
         self.folded = folded.split(",") if folded else []
+        self.transform = options.get(TRANSFORM)
+        if self.transform is not None and not self.transform.startswith("kraftlake."):
+            raise ValueError(f"{TRANSFORM} must name a function of kraftlake (module:function), not {self.transform!r}")
+        self.transform_args = json.loads(options.get(TRANSFORM_ARGS, "{}"))
+        self.input = options[TRANSFORM_INPUT].split(",") if self.transform is not None else None
         types = options.get("typeIn")
         # rows of other types never leave Python for Spark: a query that wants a few kinds of a long
         # log (the quorum's traffic) does not pay for converting the rest
@@ -331,11 +342,19 @@ class _StreamReader(_QuietStop, DataSourceStreamReader, SupportsTriggerAvailable
 
     def read(self, partition: _Range) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         """Reads the current version: any version holding ``hi`` holds exactly the same rows up to it."""
-        names = [n for n in self.schema.fieldNames() if n != PAYLOAD or not self.folded]
+        names = self.input or [n for n in self.schema.fieldNames() if n != PAYLOAD or not self.folded]
         rows = read_range(self._open(), self.column, partition.lo, partition.hi, names + self.folded, self._only())
         if self.folded:
             rows = rows.drop_columns(self.folded).append_column(PAYLOAD, json_payload(rows, self.folded))
-        return _to_spark_batches(rows.to_batches(), self.schema)
+        if self.transform is None:
+            return _to_spark_batches(rows.to_batches(), self.schema)
+        # typed as Spark would have handed them on
+        full = self.started_with
+        given = StructType([full[n] for n in self.input] + ([StructField(PAYLOAD, StringType())] if self.folded else []))
+        batches = _to_spark_batches(rows.to_batches(max_chunksize=STREAM_PARTITION_ROWS), given)
+        module, function = self.transform.split(":")
+        return _to_spark_batches(getattr(importlib.import_module(module), function)(batches, **self.transform_args),
+                                 self.schema)
 
 
 class _Versions(InputPartition):
