@@ -6,8 +6,6 @@ ingest wrote them, simple PartitionChangeRecords as ``Changes`` columns."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import pyarrow as pa
 import pytest
@@ -24,9 +22,10 @@ from kraftlake.storage.tables import events_to_arrow, rows_to_events
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 from test_request_fast_path import hard_log
 
-KEYS = [7, 3, 11]
+KEYS = [7, 3, 11]  # group keys as ``queries.spread_keys`` gives them: not 0..n-1
+# PACKED_SCHEMA as a StructType (its DDL would need a session)
 PACKED = StructType([StructField("shard", IntegerType(), False), StructField("first", LongType(), False),
-                     StructField("rows", BinaryType(), False)])  # PACKED_SCHEMA (DDL needs a session)  # group keys as ``queries.spread_keys`` gives them: not 0..n-1
+                     StructField("rows", BinaryType(), False)])
 
 
 def _odd_ones(offset: int, timestamp: int, topic: str) -> list[dict]:
@@ -158,7 +157,6 @@ def test_a_transform_must_be_kraftlake_s_own(log) -> None:
 
 
 def test_the_packed_struct_is_packed_schema() -> None:
-    assert [f"{f.name} {f.dataType.simpleString()} not null" for f in PACKED] == \
-        [part.strip().replace("bigint", "long") for part in PACKED_SCHEMA.split(",")] or \
-        [f"{f.name} {f.dataType.simpleString()} not null" for f in PACKED] == \
-        [part.strip().replace("long", "bigint") for part in PACKED_SCHEMA.split(",")]
+    ddl = [part.strip().split() for part in PACKED_SCHEMA.split(",")]
+    assert [(f.name, f.dataType.simpleString(), f.nullable) for f in PACKED] == \
+        [(name, {"long": "bigint"}.get(kind, kind), False) for name, kind, *_ in ddl]

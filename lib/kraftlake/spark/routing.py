@@ -70,7 +70,8 @@ def _simple_changes(rows: pa.Table) -> pa.ChunkedArray:
     for name in UNSET_FIELDS:
         mask = pc.and_(mask, pc.is_null(_field(rows, CHANGE, name)))
     directories = _field(rows, CHANGE, "Directories")
-    mask = pc.and_(mask, pc.or_(pc.is_null(directories), pc.equal(pc.fill_null(pc.list_value_length(directories), 0), 0)))
+    none = pc.equal(pc.fill_null(pc.list_value_length(directories), 0), 0)
+    mask = pc.and_(mask, pc.or_(pc.is_null(directories), none))
     recovery = _field(rows, CHANGE, "LeaderRecoveryState")
     return pc.and_(mask, pc.fill_null(pc.is_in(recovery, pa.array(SIMPLE_RECOVERY_STATES, recovery.type)), False))
 

@@ -196,7 +196,8 @@ class Warehouse(DeltaRsTables):
             if columns is None:
                 raise ValueError("a transform reads the columns it is given: pass columns")
             function, arguments, schema = transform
-            return (reader.option(datasource.TRANSFORM, function).option(datasource.TRANSFORM_ARGS, json.dumps(arguments))
+            return (reader.option(datasource.TRANSFORM, function)
+                    .option(datasource.TRANSFORM_ARGS, json.dumps(arguments))
                     .option(datasource.TRANSFORM_INPUT, ",".join(columns)).schema(schema).load(self.path(name)))
         if columns is not None or json_payload:  # the source reads the columns of the schema it is given
             from pyspark.sql.types import StringType, StructField, StructType

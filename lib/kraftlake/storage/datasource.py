@@ -350,7 +350,8 @@ class _StreamReader(_QuietStop, DataSourceStreamReader, SupportsTriggerAvailable
             return _to_spark_batches(rows.to_batches(), self.schema)
         # typed as Spark would have handed them on
         full = self.started_with
-        given = StructType([full[n] for n in self.input] + ([StructField(PAYLOAD, StringType())] if self.folded else []))
+        given = StructType([full[n] for n in self.input] +
+                           ([StructField(PAYLOAD, StringType())] if self.folded else []))
         batches = _to_spark_batches(rows.to_batches(max_chunksize=STREAM_PARTITION_ROWS), given)
         module, function = self.transform.split(":")
         return _to_spark_batches(getattr(importlib.import_module(module), function)(batches, **self.transform_args),
