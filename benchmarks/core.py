@@ -36,13 +36,18 @@ def decode_all(path: Path, start: str = codec.HISTORY) -> int:
 
 
 def core_replay_chunked(events: Iterable[dict], shards: int, chunk: int = 50_000,
-                        meter: Meter | None = None) -> tuple[float, int, list[ShardState]]:
+                        meter: Meter | None = None, per_chunk: list[tuple[int, float, float]] | None = None
+                        ) -> tuple[float, int, list[ShardState]]:
     """The shards' steps over the log in chunks of ``chunk`` events, as the streaming job runs them per
     micro-batch (state kept, outputs dropped). Only routing and the steps are timed, not generating the
-    events, and the log is never held whole: memory stays that of the images."""
+    events, and the log is never held whole: memory stays that of the images. ``per_chunk`` gets each
+    chunk's (events, seconds, CPU seconds): over a long log of requests the cost of a chunk follows what
+    it holds (failovers), not how far into the log it is (docs/performance.md, "The core over a longer
+    requests log")."""
     states = [ShardState(ClusterImage()) for _ in range(shards)]
     seconds, count = 0.0, 0
     for batch in chunks(events, chunk):
+        cpu = time.process_time()
         started = time.perf_counter()
         per_shard: list[list[dict]] = [[] for _ in range(shards)]
         for event in batch:
@@ -50,7 +55,10 @@ def core_replay_chunked(events: Iterable[dict], shards: int, chunk: int = 50_000
                 per_shard[shard].append(event)
         for shard in range(shards):
             step(shard, shards, states[shard], per_shard[shard])
-        seconds += time.perf_counter() - started
+        took = time.perf_counter() - started
+        if per_chunk is not None:
+            per_chunk.append((len(batch), took, time.process_time() - cpu))
+        seconds += took
         count += len(batch)
         if meter is not None:
             meter.update(count)

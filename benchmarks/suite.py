@@ -188,10 +188,17 @@ def measure_requests(config, work: Path, args: argparse.Namespace, count: int) -
     out: dict = {"requests": count, "brokers": options.brokers, "partitions": options.topics * 10,
                  "shards": args.shards, "max_records_per_batch": batch}
     stages: dict = {}
+    per_chunk: list[tuple[int, float, float]] = []
     seconds, replayed, _ = core_replay_chunked(simulated_requests(count, options, kafka), args.shards,
                                                chunk=batch,
-                                               meter=meter(config, "bench core requests", "requests", count))
-    stages[CORE] = {"seconds": round(seconds, 3), "requests": replayed, "requests_per_s": round(replayed / seconds)}
+                                               meter=meter(config, "bench core requests", "requests", count),
+                                               per_chunk=per_chunk)
+    rates = [n / s for n, s, _ in per_chunk]
+    stages[CORE] = {"seconds": round(seconds, 3), "cpu_s": round(sum(c for *_, c in per_chunk), 3),
+                    "requests": replayed, "requests_per_s": round(replayed / seconds),
+                    # a batch's rate follows the failovers it holds: first, last and range, to tell that from growth
+                    "batch_requests_per_s": {"first": round(rates[0]), "last": round(rates[-1]),
+                                             "min": round(min(rates)), "max": round(max(rates))}}
     log(f"requests, {CORE}: {replayed:,} in {seconds:.2f} s = {stages[CORE]['requests_per_s']:,} requests/s")
     root = work / "requests"
     shutil.rmtree(root, ignore_errors=True)

@@ -14,9 +14,11 @@ from datetime import datetime, timezone
 import pytest
 
 from benchmarks import stats, suite
+from benchmarks.core import core_replay_chunked, simulated_requests
 from benchmarks.memory import job_root, roles_of
 from benchmarks.scale_out import split_of
 from benchmarks.soak import restart_times, trend
+from kraftlake.sim.cluster import SimulationOptions
 
 
 def test_slopes_and_percentiles():
@@ -69,6 +71,19 @@ def test_generated_cluster_partitions_must_be_whole_topics(argv, capsys):
     assert exit_.value.code == 2
     said = capsys.readouterr().err.splitlines()[-1]
     assert f"{argv[1]} must be a positive multiple of 1,000" in said and said.endswith(f"not {argv[2]}")
+
+
+def test_core_replay_chunked_records_each_chunk_as_the_job_s_micro_batches_cut_it():
+    """What the requests stage reports per micro-batch (first, last, range): one entry a chunk, in order, their
+    events adding up to the log, and the same replay as without the record."""
+    options = SimulationOptions(brokers=4, topics=3, partitions_per_topic=2)
+    per_chunk: list[tuple[int, float, float]] = []
+    _, count, states = core_replay_chunked(simulated_requests(2_500, options, {}), 2, chunk=1_000,
+                                           per_chunk=per_chunk)
+    _, _, plain = core_replay_chunked(simulated_requests(2_500, options, {}), 2, chunk=1_000)
+    assert count == 2_500 and [n for n, *_ in per_chunk] == [1_000, 1_000, 500]
+    assert all(seconds >= 0 and cpu >= 0 for _, seconds, cpu in per_chunk)
+    assert [s.to_bytes() for s in states] == [s.to_bytes() for s in plain]
 
 
 def test_a_memory_trend_is_growth_only_beyond_its_noise_band():
