@@ -166,9 +166,21 @@ class _BatchReader(DataSourceReader):
         return _file_groups(DeltaTable(self.path, storage_options=self.storage))
 
     def read(self, partition: _Files) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        yield from self._batches(partition)
+        _give_back()
+
+    def _batches(self, partition: _Files) -> Iterator[pa.RecordBatch]:
         files = dataset(DeltaTable(self.path, version=partition.version, storage_options=self.storage), partition.paths)
         scanner = files.scanner(columns=self.schema.fieldNames())
         return _to_spark_batches(scanner.to_batches(), self.schema)
+
+
+def _give_back() -> None:
+    """Hands what Arrow's allocator kept of a finished read back to the system. A Python worker outlives its
+    task, idle until Spark reuses it, and would otherwise hold it: after two scans of the headline's
+    metadata_log its workers held 13.3 GB (proportional set sizes), more than the controller's replay after
+    them ever used."""
+    pa.default_memory_pool().release_unused()
 
 
 def _hung_up(error: BaseException | None) -> bool:
@@ -342,6 +354,10 @@ class _StreamReader(_QuietStop, DataSourceStreamReader, SupportsTriggerAvailable
 
     def read(self, partition: _Range) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         """Reads the current version: any version holding ``hi`` holds exactly the same rows up to it."""
+        yield from self._batches(partition)
+        _give_back()
+
+    def _batches(self, partition: _Range) -> Iterator[pa.RecordBatch]:
         names = self.input or [n for n in self.schema.fieldNames() if n != PAYLOAD or not self.folded]
         rows = read_range(self._open(), self.column, partition.lo, partition.hi, names + self.folded, self._only())
         if self.folded:
