@@ -269,8 +269,8 @@ def test_the_calm_loop_takes_most_requests_and_finds_a_stale_quiet_bound_again(l
     taken, decided = [], []
     calm_requests, request = shards._Step.calm_requests, shards._Step.request
 
-    def counting(self, events, i):
-        end = calm_requests(self, events, i)
+    def counting(self, events, i, stop):
+        end = calm_requests(self, events, i, stop)
         taken.append(end - i)
         return end
 

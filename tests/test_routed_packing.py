@@ -97,8 +97,10 @@ def test_each_shard_unpacks_the_rows_it_would_have_got_one_by_one() -> None:
         assert len(got) == len(expected) == (3 if key == 9 else 2)
         for frame, want in zip(got, expected):
             assert_frame_equal(frame, want)
-        events, changes = events_of_frames(iter(got))
-        want_events, want_changes = events_of_frames(iter(expected))
+        events, changes, beats = events_of_frames(iter(got))
+        want_events, want_changes, want_beats = events_of_frames(iter(expected))
+        events += beats.events() if beats is not None else []
+        want_events += want_beats.events() if want_beats is not None else []
         assert sorted(events, key=lambda e: e["offset"]) == sorted(want_events, key=lambda e: e["offset"])
         assert (changes is None) == (want_changes is None) == (key != 9)
         if changes is not None:

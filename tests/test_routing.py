@@ -105,8 +105,10 @@ def _shards_got(tables: DeltaRsTables, shards: int, cuts: list[int], engine: str
         for key in KEYS[:shards]:
             mine = [r for r in rows if r["shard"] == key]
             frames = [pd.DataFrame({"first": [r["first"]], "rows": [r["rows"]]}) for r in reversed(mine)]
-            events, changes = events_of_frames(unpacked_frames(frames))
+            events, changes, heartbeats = events_of_frames(unpacked_frames(frames))
             got[key][0].extend(events)
+            if heartbeats is not None:  # the plain ones, as columns: compared as the events they stand for
+                got[key][0].extend(heartbeats.event(i) for i in range(len(heartbeats)))
             if changes is not None:
                 got[key][1].append(changes)
     return got

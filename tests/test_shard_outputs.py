@@ -75,8 +75,11 @@ def by_offset(events: list[dict]) -> list[dict]:
 
 
 def test_heartbeats_as_columns_reach_the_shard_as_the_events_they_were() -> None:
-    events, changes = events_of_frames(iter([routed_frame(HEARTBEATS, JSON_EVENTS)]))
+    events, changes, beats = events_of_frames(iter([routed_frame(HEARTBEATS, JSON_EVENTS)]))
     assert changes is None
+    assert by_offset(events) == by_offset(JSON_EVENTS)  # (a heartbeat with a null field among them)
+    assert beats.offsets.tolist() == [e["offset"] for e in HEARTBEATS]
+    events = events + beats.events()
     assert by_offset(events) == by_offset(HEARTBEATS + JSON_EVENTS)
     # exact types: a 64-bit value near 2^63 through a float would compare equal to a neighbour
     for event in events:
@@ -86,9 +89,10 @@ def test_heartbeats_as_columns_reach_the_shard_as_the_events_they_were() -> None
 
 
 def test_heartbeats_as_columns_and_as_json_are_the_same_events() -> None:
-    as_columns, _ = events_of_frames(iter([routed_frame(HEARTBEATS, [])]))
-    as_json, _ = events_of_frames(iter([routed_frame([], HEARTBEATS)]))
-    assert as_columns == as_json == HEARTBEATS
+    _, _, as_columns = events_of_frames(iter([routed_frame(HEARTBEATS, [])]))
+    as_json, _, none = events_of_frames(iter([routed_frame([], HEARTBEATS)]))
+    assert none is None
+    assert as_columns.events() == as_json == HEARTBEATS
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import operator
+from bisect import bisect_right
 import zlib
 from dataclasses import dataclass, field
 from functools import cache
@@ -21,6 +22,7 @@ from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 import numpy as np
 import pyarrow as pa
 
+from kraftlake.codec.events import json_bytes
 from kraftlake.controller.anomalies import (IMBALANCE, IMBALANCE_PERCENTAGE, MIN_ISR, MIN_ISR_CONFIG, NEVER,
                                            RECOVERING, Anomalies, Leadership, Place, Seen, Thresholds, min_insync_replicas)
 from kraftlake.controller.cluster_control import (ControllerState, Session, decided_cause, quiet_until,
@@ -28,6 +30,7 @@ from kraftlake.controller.cluster_control import (ControllerState, Session, deci
                                                   steady_heartbeat)
 from kraftlake.controller.decisions import Context, Records, error_code, response
 from kraftlake.controller.dispatch import BROKER_REQUESTS, handle_request, merge_responses
+from kraftlake.controller.heartbeats import CAUGHT_UP, STALE, STEADY, Heartbeats
 from kraftlake.controller.replication import altered_elsewhere
 from kraftlake.image import causes, features, partition_changes
 from kraftlake.image.causes import Batch, Cause, Marks
@@ -41,7 +44,7 @@ from kraftlake.metadata.collector import collector_paused
 from kraftlake.metadata.config import setting
 from kraftlake.metadata.errors import error_name
 from kraftlake.metadata.schemas import QUORUM_TRAFFIC, registry
-from kraftlake.metadata.tables import table_arrow_schema, table_keys
+from kraftlake.metadata.tables import answers_schema, table_arrow_schema, table_keys
 
 # Records that concern one topic's partitions, by the topic's id; every other event is broadcast,
 # TopicRecord and RemoveTopicRecord included: every shard knows every topic's name (topic configs are
@@ -144,6 +147,41 @@ class Block:
         meta = table.select(["op", "offset", "seq"]).to_pylist()
         rows = table.select([f"_{n}" for n in names]).rename_columns(names).to_pylist()
         return [Output(self.table, m["op"], m["offset"], m["seq"], r) for m, r in zip(meta, rows)]
+
+
+@dataclass(frozen=True, eq=False)
+class Answers:
+    """Shard 0's answers to the heartbeats a step decided on the columns (``_Step.heartbeats``): each the shared
+    row of its kind (``templates``: ``_steady_row``, ``_stale_row``) at its request's offset and time, held as
+    columns instead of a dict per answer (and made into Arrow at once, not by ``answers_to_arrow`` row by row)."""
+
+    offsets: np.ndarray  # int64
+    timestamps: np.ndarray  # int64, ms
+    templates: list[dict]
+    kinds: np.ndarray  # each answer's place in ``templates``
+    seqs: np.ndarray
+    table = "responses"
+    op = "response"
+
+    def outputs(self) -> list[Output]:
+        """The answers one by one, as ``_Step.answer`` makes them."""
+        templates = self.templates
+        return [Output("responses", "response", offset, seq, {**templates[kind], "offset": offset, "timestamp": ts})
+                for offset, ts, kind, seq in zip(self.offsets.tolist(), self.timestamps.tolist(), self.kinds.tolist(),
+                                                 self.seqs.tolist())]
+
+    def arrow(self) -> pa.Table:
+        """The answers in ``answers_schema``'s layout, as ``storage.tables.answers_to_arrow`` makes them of the
+        rows: event times in µs, ``data`` its JSON text."""
+        schema = answers_schema()
+        kinds = pa.array(self.kinds, pa.int32())
+        columns = {"offset": pa.array(self.offsets, pa.int64()),
+                   "timestamp": pa.array(self.timestamps * 1000, pa.int64()).cast(schema.field("timestamp").type),
+                   "data": pa.array([json.dumps(t["data"], default=json_bytes) for t in self.templates],
+                                    pa.string()).take(kinds)}
+        return pa.Table.from_arrays([columns[f.name] if f.name in columns else
+                                     pa.array([t[f.name] for t in self.templates], f.type).take(kinds)
+                                     for f in schema], schema=schema)
 
 
 def rows_table(name: str, op: str, offsets: np.ndarray | list[int], seqs: np.ndarray | list[int],
@@ -272,7 +310,7 @@ def rejected_row(event: dict, reason: str, offset: int | None = None, type_: str
 
 class _Collector:
     def __init__(self) -> None:
-        self.rows: list[Output | Block] = []
+        self.rows: list[Output | Block | Answers] = []
         self.seq = 0
 
     def add(self, table: str, op: str, offset: int, row: dict) -> None:
@@ -329,6 +367,10 @@ class _Step:
         self.running: dict[int, Session] | None = None  # ``running_sessions``, found again at the same times
         # ``calm_until``, kept over a run of events that took the fast paths; None after any other event
         self.calm: int | None = None
+        # the heartbeats on the columns (``heartbeats``), and shard 0's answers to those decided there: (index,
+        # version * 3 + STALE, STEADY or CAUGHT_UP), made into one ``Answers`` at the end (``finish``)
+        self.beats: Heartbeats | None = None
+        self.answered: list[tuple[int, int]] = []
         self.anomalies = state.anomalies
         self.anomalies.thresholds = Thresholds.of(config)
         # min.insync.replicas and the election (``Context.elections``) by topic name, until an event that may
@@ -363,14 +405,14 @@ class _Step:
         reporter = event["type"] in TOPIC_SCOPED or self.shard == 0
         self.apply(event, event, reporter, self.batch_of(event), event["offset"])
 
-    def calm_requests(self, events: list[dict], i: int) -> int:
-        """The heartbeats and AlterPartitions from ``events[i]`` on while the step is calm (``calm_until``):
+    def calm_requests(self, events: list[dict], i: int, stop: int) -> int:
+        """The heartbeats and AlterPartitions of ``events[i:stop]`` while the step is calm (``calm_until``):
         as ``event`` decides them, without the tick and the ``settled`` test that would find nothing to do,
         in one loop (nine in ten requests are heartbeats). The index of the first event left to ``event``."""
         if not self.fast:
             return i
         state = self.state
-        for i in range(i, len(events)):
+        for i in range(i, stop):
             event = events[i]
             kind = event["type"]
             if kind != "BrokerHeartbeatRequest" and kind != "AlterPartitionRequest":
@@ -388,7 +430,65 @@ class _Step:
             if not (self.steady(event) if kind == "BrokerHeartbeatRequest" else self.elsewhere(event)):
                 self.calm = None
                 self.request(event)
-        return len(events)
+        return stop
+
+    def heartbeats(self, beats: Heartbeats, start: int, stop: int) -> None:
+        """Heartbeats ``start`` to ``stop`` of ``beats`` (no other event between them), as ``calm_requests``
+        and ``event`` decide them: while the step is calm, those ``steady`` would take from the columns (the
+        sessions' contacts updated, shard 0's answers noted for one ``Answers``), the others as dicts in full
+        (``request``); outside the calm, as dicts one by one (``event``)."""
+        state, image = self.state, self.image
+        self.beats = beats
+        if self.unordered:  # (what every path of a heartbeat does first)
+            _canonical_order(image)
+            self.unordered = False
+        offsets, times, brokers, epochs, metadata, fence, shutdown, offline, versions = beats.values
+        registered = image.brokers
+        answered = self.answered if self.shard == 0 else None
+        while start < stop:
+            calm = self.calm
+            if calm is None:
+                calm = self.calm = self.calm_until()
+            if times[start] >= calm:
+                self.quiet = None  # (as ``calm_requests``: found again, the bound is usually much later)
+                calm = self.calm = self.calm_until()
+                if times[start] >= calm:
+                    state.last_offset = offsets[start]
+                    self.event(beats.event(start))
+                    start += 1
+                    continue
+            running = self.running
+            if running is None:
+                running = self.running = running_sessions(image, state.controller)
+            i = start
+            while i < stop:  # ``steady`` and ``steady_heartbeat``, on the columns
+                now = times[i]
+                if now >= calm:
+                    break
+                broker, epoch = brokers[i], epochs[i]
+                session = running.get(broker)
+                if session is not None and session.epoch == epoch and not fence[i] and not shutdown[i] \
+                        and session.contact_ms <= now \
+                        and not (offline[i] and any(d in registered[broker].directories for d in beats.dirs[i])):
+                    offset = metadata[i]
+                    session.contact_ms, session.metadata_offset = now, offset
+                    kind = CAUGHT_UP if offset >= session.registered_offset else STEADY
+                else:
+                    known = registered.get(broker)
+                    if known is not None and known.epoch == epoch:  # (not ``stale_heartbeat``'s)
+                        break
+                    kind = STALE
+                if answered is not None:
+                    answered.append((i, versions[i] * 3 + kind))
+                i += 1
+            if i > start:
+                state.last_offset = offsets[i - 1]
+                start = i
+            if start < stop and times[start] < calm:  # neither steady nor stale
+                state.last_offset = offsets[start]
+                self.calm = None
+                self.request(beats.event(start))
+                start += 1
 
     def batch_of(self, event: dict) -> Batch | None:
         """The causes in ``event``'s batch of the log (``causes``), if any."""
@@ -901,6 +1001,15 @@ class _Step:
                                 "seq": logged}))
         self.logged += len(index)
 
+    def answers(self) -> Answers:
+        """Shard 0's answers to the heartbeats decided on the columns, as ``answer`` would have made them."""
+        beats, n = self.beats, len(self.answered)
+        index = np.fromiter((i for i, _ in self.answered), np.int64, n)
+        kinds, places = np.unique(np.fromiter((k for _, k in self.answered), np.int64, n), return_inverse=True)
+        templates = [_stale_row(kind // 3) if kind % 3 == STALE else _steady_row(kind // 3, kind % 3 == CAUGHT_UP)
+                     for kind in kinds.tolist()]
+        return Answers(beats.offsets[index], beats.timestamps[index], templates, places, self.out.seqs(n))
+
     def finish(self, topics_before: dict, configs_before: dict) -> list[Output]:
         out, image, shard = self.out, self.image, self.shard
         # state tables need only each key's last state of the step: one row per key, not one per event
@@ -921,6 +1030,8 @@ class _Step:
                 out.add("brokers", "upsert", event["offset"], broker_row(after, event))
         for offset, row in self.anomalies.take():
             out.add("anomalies", "upsert", offset, row)
+        if self.answered:
+            out.rows.append(self.answers())
         for offset, timestamp, counts in self.anomalies.reported:
             out.add(LEADER_COUNTS, "counts", offset, {"shard": shard, "timestamp": timestamp,
                                                       "counts": [[b, n, p] for b, (n, p) in counts.items()]})
@@ -956,7 +1067,8 @@ def _written_by(request: dict) -> dict:
 
 def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
          config: Mapping[str, str] | None = None, columns: bool = True,
-         changes: partition_changes.Changes | None = None, fast: bool = True) -> list[Output | Block]:
+         changes: partition_changes.Changes | None = None, fast: bool = True, heartbeats: Heartbeats | None = None
+         ) -> list[Output | Block | Answers]:
     """Replay this shard's records and decide its requests, in offset order; the warehouse's rows.
 
     Events at or below the state's last offset were applied already (a micro-batch that Spark
@@ -964,9 +1076,12 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
     ``config`` holds the Kafka configs decisions read (``broker.session.timeout.ms``, ...).
     ``changes`` are simple PartitionChangeRecords already in columns (the streaming job reads them so,
     without a dict per record), in offset order, beside ``events``; without them the simple records of
-    ``events`` are picked out. ``columns=False`` replays every record one by one (the reference the
-    column-wise runs are tested against); ``fast=False`` decides every request in full, with no fast path
-    for the requests that change nothing (``_Step.settled``: the reference those are tested against).
+    ``events`` are picked out. ``heartbeats``: heartbeats so read (``Heartbeats``), beside ``events``; decided on
+    the columns while the step is calm, and made dicts when anything is unusual (``changes`` beside them,
+    ``columns=False``, ``fast=False``), so that the dicts' path stays the reference. ``columns=False`` replays
+    every record one by one (the reference the column-wise runs are tested against); ``fast=False`` decides
+    every request in full, with no fast path for the requests that change nothing (``_Step.settled``: the
+    reference those are tested against).
     """
     # aged on the way out: the next young collection would walk everything the step made (0.46 s a step at 10^5
     # partitions), and what it drops holds no cycle (tests/test_step_cycles.py), so reference counting frees it
@@ -996,10 +1111,20 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
             changes = changes.take(np.flatnonzero(changes.offsets > state.last_offset))
         if changes is not None and len(changes) == 0:
             changes = None  # a log of requests has none: no run to cut
+        if heartbeats is not None:
+            if len(heartbeats) and heartbeats.offsets[0] <= last:
+                heartbeats = heartbeats.take(np.flatnonzero(heartbeats.offsets > last))
+            if changes is not None or not columns or not fast:
+                events = sorted(events + heartbeats.events(), key=_OFFSET)
+                heartbeats = None
+            elif not len(heartbeats):
+                heartbeats = None
         if changes is not None:
             # each dict event's place among the column records: those before it are one run
             cuts = np.searchsorted(changes.offsets, [e["offset"] for e in events]).tolist() + [len(changes)]
-        start, i = 0, 0
+        if heartbeats is not None:  # and among the heartbeats
+            beat_cuts = np.searchsorted(heartbeats.offsets, [e["offset"] for e in events]).tolist() + [len(heartbeats)]
+        start, i, beat = 0, 0, 0
         creations: list[dict] = []  # PartitionRecords in a row
         while True:
             if changes is not None and cuts[i] > start:
@@ -1008,6 +1133,12 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
                     creations = []
                 work.changes(changes.take(np.arange(start, cuts[i])))
                 start = cuts[i]
+            if heartbeats is not None and beat_cuts[i] > beat:
+                if creations:
+                    work.creations(creations)
+                    creations = []
+                work.heartbeats(heartbeats, beat, beat_cuts[i])
+                beat = beat_cuts[i]
             if i == len(events):
                 break
             event = events[i]
@@ -1020,7 +1151,10 @@ def step(shard: int, shards: int, state: ShardState, events: Iterable[dict],
                 work.creations(creations)
                 creations = []
             if changes is None:  # (a run of requests never spans column records)
-                taken = work.calm_requests(events, i - 1)
+                # nor column heartbeats: it ends before the next
+                stop = len(events) if heartbeats is None else bisect_right(beat_cuts, beat_cuts[i - 1], i - 1,
+                                                                           len(events))
+                taken = work.calm_requests(events, i - 1, stop)
                 if taken >= i:
                     i = taken
                     continue
@@ -1116,11 +1250,11 @@ def merged_responses(outputs: Iterable[Output]) -> list[dict]:
     return rows
 
 
-def expand(outputs: Iterable[Output | Block]) -> list[Output]:
-    """Blocks as the rows they hold, for code that goes row by row."""
+def expand(outputs: Iterable[Output | Block | Answers]) -> list[Output]:
+    """Blocks and answers as the rows they hold, for code that goes row by row."""
     rows: list[Output] = []
     for o in outputs:
-        if isinstance(o, Block):
+        if isinstance(o, (Block, Answers)):
             rows.extend(o.outputs())
         else:
             rows.append(o)
@@ -1139,8 +1273,8 @@ def leader_imbalance(outputs: Iterable[Output], open_rows: Iterable[dict], confi
     return [Output("anomalies", "upsert", offset, -1, row) for offset, row in judge.rows(reports)]
 
 
-def apply_outputs(tables: dict[str, dict], outputs: Iterable[Output | Block], config: Mapping[str, str] | None = None
-                  ) -> None:
+def apply_outputs(tables: dict[str, dict], outputs: Iterable[Output | Block | Answers],
+                  config: Mapping[str, str] | None = None) -> None:
     """Fold outputs into in-memory tables (keyed rows for state, lists for appends), in order; the leader
     imbalance judged after them, as the controller's sink does."""
     outputs = expand(outputs)

@@ -87,6 +87,12 @@ def _table_field_type(avro_field: dict) -> pa.DataType:
 
 
 @lru_cache(maxsize=1)
+def answers_schema() -> pa.Schema:
+    """``responses``' columns, then the shard that answered: the layout of answers before the shards'
+    answers to one request are merged into its row (made by the shards, merged by the sink)."""
+    return table_arrow_schema("responses").append(pa.field("shard", pa.int32()))
+
+
 def metadata_log_schema() -> pa.Schema:
     """``metadata_log``: the fixed columns, then one struct column per event type, named after it.
 

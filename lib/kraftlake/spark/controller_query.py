@@ -32,7 +32,8 @@ import pyarrow.compute as pc
 from kraftlake.codec.events import json_bytes
 from kraftlake.controller.anomalies import IMBALANCE
 from kraftlake.controller.dispatch import merge_responses
-from kraftlake.controller.shards import (LEADER_COUNTS, SKIPPED, Block, Output, ShardState,
+from kraftlake.controller.heartbeats import HEARTBEAT, Heartbeats
+from kraftlake.controller.shards import (LEADER_COUNTS, SKIPPED, Answers, Block, Output, ShardState,
                                         leader_imbalance, rows_table, step)
 from kraftlake.image.cluster_image import normalize_uuid
 from kraftlake.image.partition_changes import Changes
@@ -46,8 +47,7 @@ from kraftlake.spark.queries import (SHUFFLE_PARTITIONS, BackfillGuard, Controll
                                      delete_dir, group_keys, open_anomalies, parse_state, query_id, spread_keys,
                                      start_sink, supervise)
 from kraftlake.spark.quorum_query import quorum_outputs, start_quorum
-from kraftlake.spark.routing import (HEARTBEAT, HEARTBEAT_COLUMNS, HEARTBEAT_FILL, PACKED_SCHEMA,
-                                     ROUTED_COLUMNS, ipc_stream, packed_batches)
+from kraftlake.spark.routing import HEARTBEAT_FILL, PACKED_SCHEMA, ROUTED_COLUMNS, ipc_stream, packed_batches
 from kraftlake.storage import NATIVE, Warehouse
 from kraftlake.storage.lease import Lease
 from kraftlake.storage.tables import answers_to_arrow, controller_log_schema, controller_log_to_arrow, rows_to_arrow
@@ -121,11 +121,13 @@ def _event(offset: Any, leader_epoch: Any, ts: Any, type_: str, version: Any, pa
             "position": None if position is None or position != position else int(position)}  # NaN: null
 
 
-def events_of_frames(frames: Iterator[Any]) -> tuple[list[dict], Changes | None]:
+def events_of_frames(frames: Iterator[Any]) -> tuple[list[dict], Changes | None, Heartbeats | None]:
     """The events of a shard's routed pandas frames, column by column (no per-row Series or dict), and
-    the simple PartitionChangeRecords among them as ``Changes``."""
+    the simple PartitionChangeRecords and the heartbeats that crossed as columns among them, as ``Changes``
+    and ``Heartbeats``."""
     events: list[dict] = []
     parts: list[Changes] = []
+    beats: list[Heartbeats] = []
     for frame in frames:
         columns = frame["payload"].isna()
         simple = columns & (frame["type"] == "PartitionChangeRecord")
@@ -133,11 +135,11 @@ def events_of_frames(frames: Iterator[Any]) -> tuple[list[dict], Changes | None]
             parts.append(_changes(frame[simple]))
         heartbeats = columns & (frame["type"] == HEARTBEAT)
         if heartbeats.any():
-            events.extend(_heartbeats(frame[heartbeats]))
+            beats.append(_heartbeats(frame[heartbeats]))
         if columns.any():
             frame = frame[~(simple | heartbeats)]
         events.extend(_event(*values) for values in zip(*(frame[c].tolist() for c in ROUTED_COLUMNS)))
-    return events, (Changes.concat(parts) if parts else None)
+    return events, (Changes.concat(parts) if parts else None), (Heartbeats.concat(beats) if beats else None)
 
 
 def _sources(frame: Any) -> tuple[list, list]:
@@ -146,16 +148,13 @@ def _sources(frame: Any) -> tuple[list, list]:
             [None if p is None or p != p else int(p) for p in frame["position"].tolist()])
 
 
-def _heartbeats(frame: Any) -> list[dict]:
-    """Heartbeats that crossed as ``HEARTBEAT_COLUMNS``, as the events ``_event`` makes of their JSON."""
-    names = tuple(HEARTBEAT_COLUMNS.values())
-    dirs = [None if v is None else v.tolist() for v in frame["h_dirs"].tolist()]
-    data = zip(*(frame[c].tolist() for c in HEARTBEAT_FILL), dirs)
+def _heartbeats(frame: Any) -> Heartbeats:
+    """Heartbeats that crossed as ``routing.HEARTBEAT_COLUMNS``, as columns (``Heartbeats.event``: the events ``_event``
+    makes of their JSON)."""
     sources, positions = _sources(frame)
-    return [{"offset": offset, "leader_epoch": epoch, "timestamp": ts, "type": HEARTBEAT, "version": version,
-             "data": dict(zip(names, values)), "source": source, "position": position}
-            for offset, epoch, ts, version, values, source, position in zip(
-                *(frame[c].tolist() for c in ("offset", "leader_epoch", "ts", "version")), data, sources, positions)]
+    return Heartbeats.of_columns(*(frame[c].to_numpy() for c in ("offset", "ts", "leader_epoch", "version")),
+                                 sources, positions, *(frame[c].to_numpy() for c in HEARTBEAT_FILL),
+                                 [None if v is None else v.tolist() for v in frame["h_dirs"].tolist()])
 
 
 def _changes(frame: Any) -> Changes:
@@ -192,8 +191,8 @@ def shard_function(shards: int, kafka_config: Mapping[str, str], keys: list[int]
         shard = shard_of[int(key[0])]
         with collector_paused(age=False):
             current = _load_state(shard, state.get[0] if state.exists else None)
-            events, changes = events_of_frames(unpacked_frames(frames))
-            outputs = step(shard, shards, current, events, config, changes=changes)
+            events, changes, heartbeats = events_of_frames(unpacked_frames(frames))
+            outputs = step(shard, shards, current, events, config, changes=changes, heartbeats=heartbeats)
             _save_state(shard, current, state)
             frame = outputs_frame(outputs)
         yield frame
@@ -227,7 +226,7 @@ def _load_state(shard: int, raw: bytes | None) -> ShardState:
     return parse_state(f"controller shard {shard}'s state", lambda: ShardState.from_bytes(raw))
 
 
-def outputs_frame(outputs: list[Output | Block]) -> Any:
+def outputs_frame(outputs: list[Output | Block | Answers]) -> Any:
     """A shard's outputs as one pandas frame of ``OUTPUT_SCHEMA``: the rows of each of ``TYPED_TABLES`` as
     one Arrow IPC stream (one frame row), and so its answers (``answers_to_arrow``) and its controller_log
     rows; every other row (and the deletes' keys) as JSON.
@@ -239,10 +238,13 @@ def outputs_frame(outputs: list[Output | Block]) -> Any:
     groups: dict[str, list[Output]] = {name: [] for name in TYPED_TABLES}
     blocks: dict[str, list[pa.Table]] = {name: [] for name in TYPED_TABLES}
     answers: list[dict] = []
+    answered: list[pa.Table] = []  # shard 0's answers to heartbeats decided on the columns
     logged: list[dict] = []
     other: list[Output] = []
     for o in outputs:
-        if isinstance(o, Block):
+        if isinstance(o, Answers):
+            answered.append(o.arrow())
+        elif isinstance(o, Block):
             blocks[o.table].append(o.rows)
         elif o.op == "response":
             answers.append(o.row)
@@ -256,7 +258,7 @@ def outputs_frame(outputs: list[Output | Block]) -> Any:
                                                    json.dumps(o.row, default=json_bytes), None)):
             column.append(value)
     typed = {name: blocks[name] + ([typed_table(name, groups[name])] if groups[name] else []) for name in TYPED_TABLES}
-    typed["responses"] = [answers_to_arrow(answers)] if answers else []
+    typed["responses"] = answered + ([answers_to_arrow(answers)] if answers else [])
     typed["controller_log"] = [controller_log_to_arrow(logged)] if logged else []
     for name, parts in typed.items():
         if parts:

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kraftlake.codec.events import json_bytes
+from kraftlake.controller.heartbeats import HEARTBEAT
 from kraftlake.controller.shards import SKIPPED, TOPIC_SCOPED
 from kraftlake.image.partition_changes import SIMPLE_RECOVERY_STATES, UNSET_FIELDS
 from kraftlake.metadata.tables import FIXED_COLUMNS
@@ -42,7 +43,6 @@ CHANGE_COLUMNS = {"c_topic": "TopicId", "c_partition": "PartitionId", "c_leader"
 # A BrokerHeartbeatRequest (nine requests in ten, each sent to every shard) crosses as these columns and no
 # JSON payload when its scalar fields are set; on other rows they hold a filler (``HEARTBEAT_FILL``), so that
 # pandas keeps the 64-bit ints exact instead of making floats of a column with nulls.
-HEARTBEAT = "BrokerHeartbeatRequest"
 HEARTBEAT_COLUMNS = {"h_broker": "BrokerId", "h_epoch": "BrokerEpoch", "h_offset": "CurrentMetadataOffset",
                      "h_fence": "WantFence", "h_shutdown": "WantShutDown", "h_dirs": "OfflineLogDirs"}
 HEARTBEAT_FILL = {"h_broker": 0, "h_epoch": 0, "h_offset": 0, "h_fence": False, "h_shutdown": False}

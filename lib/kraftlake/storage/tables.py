@@ -16,7 +16,7 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from kraftlake.codec.events import json_bytes
 from kraftlake.metadata.rejections import Rejection
-from kraftlake.metadata.tables import ENVELOPE_COLUMNS, metadata_log_schema, table_arrow_schema
+from kraftlake.metadata.tables import ENVELOPE_COLUMNS, answers_schema, metadata_log_schema, table_arrow_schema
 
 
 def events_to_arrow(events: Sequence[dict], schema: pa.Schema | None = None) -> pa.RecordBatch:
@@ -104,12 +104,6 @@ def rows_to_arrow(name: str, rows: list[dict]) -> pa.Table:
     times = [f.name for f in schema if pa.types.is_timestamp(f.type)]
     return pa.Table.from_pylist([{**r, **{c: r[c] * 1000 for c in times if r.get(c) is not None}} for r in rows],
                                 schema=schema)
-
-
-def answers_schema() -> pa.Schema:
-    """``responses``' columns, then the shard that answered: the layout of answers before the shards'
-    answers to one request are merged into its row."""
-    return table_arrow_schema("responses").append(pa.field("shard", pa.int32()))
 
 
 def answers_to_arrow(rows: Sequence[dict]) -> pa.Table:
