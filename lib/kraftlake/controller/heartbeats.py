@@ -14,6 +14,8 @@ from functools import cached_property
 
 import numpy as np
 
+from kraftlake.image.partition_changes import LogColumns
+
 HEARTBEAT = "BrokerHeartbeatRequest"
 # The request's fields, in the order of its schema (``schemas/request``): what ``Heartbeats.event`` gives back.
 FIELDS = ("BrokerId", "BrokerEpoch", "CurrentMetadataOffset", "WantFence", "WantShutDown", "OfflineLogDirs")
@@ -23,15 +25,9 @@ STALE, STEADY, CAUGHT_UP = 0, 1, 2
 
 
 @dataclass(eq=False)
-class Heartbeats:
-    """Heartbeats whose scalar fields are all set, in offset order, as columns."""
+class Heartbeats(LogColumns):
+    """Heartbeats whose scalar fields are all set, in offset order, as columns (every int column int64)."""
 
-    offsets: np.ndarray  # int64
-    timestamps: np.ndarray  # int64, ms
-    leader_epochs: np.ndarray  # int64, the log's
-    versions: np.ndarray  # int64
-    sources: list[str | None]
-    positions: list[int | None]
     brokers: np.ndarray  # int64, BrokerId
     epochs: np.ndarray  # int64, BrokerEpoch
     metadata_offsets: np.ndarray  # int64, CurrentMetadataOffset

@@ -32,16 +32,23 @@ def is_simple(data: dict) -> bool:
             and data["LeaderRecoveryState"] in SIMPLE_RECOVERY_STATES)
 
 
-@dataclass
-class Changes:
-    """Simple PartitionChangeRecords in offset order, as columns (with what a rejection row names)."""
+@dataclass(eq=False)
+class LogColumns:
+    """Where each of a run of log rows read as columns sits in the log: what a row's event and a rejection
+    row name. The first columns of every such run (``Changes``, ``controller.heartbeats.Heartbeats``)."""
 
     offsets: np.ndarray  # int64
     timestamps: np.ndarray  # int64, ms
-    leader_epochs: np.ndarray  # int32, the log's
-    versions: np.ndarray  # int32
+    leader_epochs: np.ndarray  # the log's
+    versions: np.ndarray
     sources: list[str | None]
     positions: list[int | None]
+
+
+@dataclass(eq=False)
+class Changes(LogColumns):
+    """Simple PartitionChangeRecords in offset order, as columns (leader epochs and versions int32)."""
+
     topic_ids: list[str]  # normalised
     partitions: np.ndarray  # int32
     leaders: np.ndarray  # int32, -2: unchanged
