@@ -117,7 +117,8 @@ def measure_latency(config, work: Path, args: argparse.Namespace, sizes: dict) -
         "end_to_end_lag_ms": {"p50": percentile(lags, 50), "p99": percentile(lags, 99),
                               "max": max(lags, default=None), "appends_seen": len(lags)},
         "processed_events_per_s": round(covered / busy) if busy else None,
-        "per_batch": [{"batch": p["batchId"], "events": _events(p, setup_end), "rows_read": p["numInputRows"],
+        # spark_input_rows: what the source handed Spark, packed per task and shard (``spark.routing``), not log rows
+        "per_batch": [{"batch": p["batchId"], "events": _events(p, setup_end), "spark_input_rows": p["numInputRows"],
                        "trigger_ms": p["durationMs"].get("triggerExecution"),
                        "add_batch_ms": p["durationMs"].get("addBatch")} for p in batches],
         "spark_state": [{"rows": s.get("numRowsTotal"), "memory_bytes": s.get("memoryUsedBytes"),
