@@ -108,7 +108,7 @@ def _shards_got(tables: DeltaRsTables, shards: int, cuts: list[int], engine: str
             events, changes, heartbeats = events_of_frames(unpacked_frames(frames))
             got[key][0].extend(events)
             if heartbeats is not None:  # the plain ones, as columns: compared as the events they stand for
-                got[key][0].extend(heartbeats.event(i) for i in range(len(heartbeats)))
+                got[key][0].extend(heartbeats.events())
             if changes is not None:
                 got[key][1].append(changes)
     return got

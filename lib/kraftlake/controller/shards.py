@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import operator
-from bisect import bisect_right
 import zlib
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence

@@ -93,6 +93,7 @@ def answers_schema() -> pa.Schema:
     return table_arrow_schema("responses").append(pa.field("shard", pa.int32()))
 
 
+@lru_cache(maxsize=1)
 def metadata_log_schema() -> pa.Schema:
     """``metadata_log``: the fixed columns, then one struct column per event type, named after it.
 

@@ -245,6 +245,9 @@ class _StreamReader(_QuietStop, DataSourceStreamReader, SupportsTriggerAvailable
             raise ValueError(f"{TRANSFORM} must name a function of kraftlake (module:function), not {self.transform!r}")
         self.transform_args = json.loads(options.get(TRANSFORM_ARGS, "{}"))
         self.input = options[TRANSFORM_INPUT].split(",") if self.transform is not None else None
+        # the transform's input typed as Spark would have handed it on
+        self.input_schema = None if self.input is None else StructType(
+            [self.started_with[n] for n in self.input] + ([StructField(PAYLOAD, StringType())] if self.folded else []))
         types = options.get("typeIn")
         # rows of other types never leave Python for Spark: a query that wants a few kinds of a long
         # log (the quorum's traffic) does not pay for converting the rest
@@ -364,11 +367,7 @@ class _StreamReader(_QuietStop, DataSourceStreamReader, SupportsTriggerAvailable
             rows = rows.drop_columns(self.folded).append_column(PAYLOAD, json_payload(rows, self.folded))
         if self.transform is None:
             return _to_spark_batches(rows.to_batches(), self.schema)
-        # typed as Spark would have handed them on
-        full = self.started_with
-        given = StructType([full[n] for n in self.input] +
-                           ([StructField(PAYLOAD, StringType())] if self.folded else []))
-        batches = _to_spark_batches(rows.to_batches(max_chunksize=STREAM_PARTITION_ROWS), given)
+        batches = _to_spark_batches(rows.to_batches(max_chunksize=STREAM_PARTITION_ROWS), self.input_schema)
         module, function = self.transform.split(":")
         return _to_spark_batches(getattr(importlib.import_module(module), function)(batches, **self.transform_args),
                                  self.schema)
