@@ -44,7 +44,7 @@ from kraftlake.metadata.collector import collector_paused
 from kraftlake.metadata.config import setting
 from kraftlake.metadata.errors import error_name
 from kraftlake.metadata.schemas import QUORUM_TRAFFIC, registry
-from kraftlake.metadata.tables import answers_schema, table_arrow_schema, table_keys
+from kraftlake.metadata.tables import answers_schema, schema_arrays, table_arrow_schema, table_keys
 
 # Records that concern one topic's partitions, by the topic's id; every other event is broadcast,
 # TopicRecord and RemoveTopicRecord included: every shard knows every topic's name (topic configs are
@@ -172,16 +172,14 @@ class Answers:
 
     def arrow(self) -> pa.Table:
         """The answers in ``answers_schema``'s layout, as ``storage.tables.answers_to_arrow`` makes them of the
-        rows: event times in µs, ``data`` its JSON text."""
+        rows: ``data`` its JSON text, each template's columns taken once per answer of its kind."""
         schema = answers_schema()
         kinds = pa.array(self.kinds, pa.int32())
-        columns = {"offset": pa.array(self.offsets, pa.int64()),
-                   "timestamp": pa.array(self.timestamps * 1000, pa.int64()).cast(schema.field("timestamp").type),
-                   "data": pa.array([json.dumps(t["data"], default=json_bytes) for t in self.templates],
-                                    pa.string()).take(kinds)}
-        return pa.Table.from_arrays([columns[f.name] if f.name in columns else
-                                     pa.array([t[f.name] for t in self.templates], f.type).take(kinds)
-                                     for f in schema], schema=schema)
+        texts = [json.dumps(t["data"], default=json_bytes) for t in self.templates]
+        columns = {f.name: pa.array([t[f.name] for t in self.templates], f.type).take(kinds) for f in schema
+                   if f.name not in ("offset", "timestamp", "data")}
+        columns.update(offset=self.offsets, timestamp=self.timestamps, data=pa.array(texts, pa.string()).take(kinds))
+        return pa.Table.from_arrays(schema_arrays(schema, columns), schema=schema)
 
 
 def rows_table(name: str, op: str, offsets: np.ndarray | list[int], seqs: np.ndarray | list[int],
@@ -190,15 +188,8 @@ def rows_table(name: str, op: str, offsets: np.ndarray | list[int], seqs: np.nda
     (its schema, each name prefixed with ``_``; timestamps given in ms). The layout every column-wise
     row takes to the sink."""
     schema = table_arrow_schema(name)
-    arrays = [pa.array([op] * len(offsets), pa.string()), pa.array(offsets, pa.int64()), pa.array(seqs, pa.int32())]
-    for f in schema:
-        values = columns[f.name]
-        if pa.types.is_timestamp(f.type):
-            arrays.append(pa.array(np.asarray(values, np.int64) * 1000, pa.int64()).cast(f.type))
-        elif isinstance(values, pa.Array):
-            arrays.append(values.cast(f.type))
-        else:
-            arrays.append(pa.array(values, f.type))
+    arrays = [pa.array([op] * len(offsets), pa.string()), pa.array(offsets, pa.int64()), pa.array(seqs, pa.int32()),
+              *schema_arrays(schema, columns)]
     meta = [pa.field("op", pa.string()), pa.field("offset", pa.int64()), pa.field("seq", pa.int32())]
     return pa.Table.from_arrays(arrays, schema=pa.schema(meta + [f.with_name(f"_{f.name}") for f in schema]))
 

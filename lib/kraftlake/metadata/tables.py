@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Any
+from typing import Any, Mapping
 
+import numpy as np
 import pyarrow as pa
 
 from kraftlake.metadata.schemas import ARROW_PRIMITIVES, registry, schema_dir
@@ -91,6 +92,22 @@ def answers_schema() -> pa.Schema:
     """``responses``' columns, then the shard that answered: the layout of answers before the shards'
     answers to one request are merged into its row (made by the shards, merged by the sink)."""
     return table_arrow_schema("responses").append(pa.field("shard", pa.int32()))
+
+
+def schema_arrays(schema: pa.Schema, columns: Mapping[str, Any]) -> list[pa.Array]:
+    """``schema``'s columns, in its order and types, from ``columns`` (lists, numpy or Arrow arrays): event
+    times come in ms, as the core keeps them, and become Delta's µs. Every column-wise row to the sink
+    (state and history rows, answers) takes this one layout."""
+    arrays = []
+    for f in schema:
+        values = columns[f.name]
+        if pa.types.is_timestamp(f.type):
+            arrays.append(pa.array(np.asarray(values, np.int64) * 1000, pa.int64()).cast(f.type))
+        elif isinstance(values, pa.Array):
+            arrays.append(values.cast(f.type))
+        else:
+            arrays.append(pa.array(values, f.type))
+    return arrays
 
 
 @lru_cache(maxsize=1)

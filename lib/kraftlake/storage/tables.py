@@ -16,7 +16,8 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from kraftlake.codec.events import json_bytes
 from kraftlake.metadata.rejections import Rejection
-from kraftlake.metadata.tables import ENVELOPE_COLUMNS, answers_schema, metadata_log_schema, table_arrow_schema
+from kraftlake.metadata.tables import (ENVELOPE_COLUMNS, answers_schema, metadata_log_schema, schema_arrays,
+                                       table_arrow_schema)
 
 
 def events_to_arrow(events: Sequence[dict], schema: pa.Schema | None = None) -> pa.RecordBatch:
@@ -113,9 +114,8 @@ def answers_to_arrow(rows: Sequence[dict]) -> pa.Table:
     schema = answers_schema()
     names = schema.names
     columns = dict(zip(names, zip(*map(operator.itemgetter(*names), rows)))) if rows else dict.fromkeys(names, ())
-    columns["timestamp"] = [t * 1000 for t in columns["timestamp"]]
     columns["data"] = json_texts(columns["data"])
-    return pa.Table.from_arrays([pa.array(columns[f.name], f.type) for f in schema], schema=schema)
+    return pa.Table.from_arrays(schema_arrays(schema, columns), schema=schema)
 
 
 _SCALARS = frozenset((str, int, bool, type(None)))
