@@ -31,12 +31,18 @@ def no_aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name)
 
 
-def test_quickstart_with_the_warehouse_on_s3(s3_server, spark, tmp_path: Path) -> None:  # noqa: ANN001
+def test_quickstart_with_the_warehouse_on_s3(s3_server, spark, tmp_path: Path,  # noqa: ANN001
+                                            capsys: pytest.CaptureFixture[str]) -> None:
     root = f"s3://{s3_server.bucket()}/kraftlake"
     conf = s3_server.conf_file(tmp_path / "s3.properties")
     code = quickstart.main(["--warehouse", root, "--conf-file", str(conf), "--sample-dir", str(tmp_path / "sample"),
                             "--override", f"kraftlake.checkpoints={tmp_path / 'checkpoints'}"])
     assert code == 0
+    # the tour's answers on stdout, what it did on the way (the sample, the ingests, what next) on stderr
+    out, err = capsys.readouterr()
+    assert "Brokers now:" in out and "| broker_id |" in out
+    assert "sample cluster written to" in err and "(partition-dir): " in err and "next: " in err
+    assert "sample cluster written to" not in out and "(partition-dir): " not in out and "next: " not in out
     warehouse = Warehouse(root, spark=spark, storage_options=s3_server.storage_options())
     assert {"metadata_log", "brokers", "partitions", "responses"} <= set(warehouse.names())
     assert not (tmp_path / "kraftlake").exists()  # nothing went to a local folder named like the prefix

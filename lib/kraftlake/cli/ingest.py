@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TextIO
 
 import pyarrow.compute as pc
 
@@ -38,22 +39,23 @@ from kraftlake.storage.follow import Follower, FollowError, print_poll
 from kraftlake.storage.ingest import HistoryConflict, SourceSummary, StrictModeError, ingest
 
 
-def print_summary(summary: SourceSummary, warehouse: str = "W") -> None:
+def print_summary(summary: SourceSummary, warehouse: str = "W", file: TextIO | None = None) -> None:
+    """What an ingest did to one source: the ingest job's output (stdout), another job's narrative (``file``)."""
     if summary.status == "already ingested":
-        print(f"{summary.source} ({summary.kind}): already ingested, nothing added")
+        print(f"{summary.source} ({summary.kind}): already ingested, nothing added", file=file)
         return
     span = "no new records" if summary.first_offset is None else \
         f"offsets {summary.first_offset}..{summary.last_offset}"
     rate = summary.records / summary.seconds if summary.seconds else 0.0
     print(f"{summary.source} ({summary.kind}): {summary.records:,} records, {span}, "
           f"{summary.bytes:,} bytes read, {summary.rejected} rejected, {summary.seconds:.2f} s "
-          f"({rate:,.0f} records/s)")
+          f"({rate:,.0f} records/s)", file=file)
     for line in summary.notes(warehouse):
-        print(f"  {line}")
+        print(f"  {line}", file=file)
     for type_, count in sorted(summary.by_type.items(), key=lambda kv: (-kv[1], kv[0])):
-        print(f"  {type_:<40} {count:>12,}")
+        print(f"  {type_:<40} {count:>12,}", file=file)
     if summary.quorum_state is not None:
-        print(f"  quorum-state: {json.dumps(summary.quorum_state)}")
+        print(f"  quorum-state: {json.dumps(summary.quorum_state)}", file=file)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,9 @@ adds nothing: the ingest and the controller's checkpoint both remember what they
 from __future__ import annotations
 
 import argparse
+import functools
 import shlex
+import sys
 from pathlib import Path
 
 from kraftlake.cli.config import add_common_arguments, config_from_args
@@ -63,9 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         log_dir, what_if = write_sample(args.sample_dir)
     except PATH_ERRORS as exc:
         raise UserError(f"--sample-dir {args.sample_dir}: {error_line(exc)}") from None
-    print(f"sample cluster written to {log_dir}, what-if requests to {what_if}")
+    # the tour's answers go to stdout; what it did on the way, and where to go next, to stderr
+    print(f"sample cluster written to {log_dir}, what-if requests to {what_if}", file=sys.stderr)
     warehouse = open_warehouse(config, "kraftlake-quickstart", with_spark=True)
-    ingest(warehouse, [str(log_dir), str(what_if)], on_source=print_summary,
+    ingest(warehouse, [str(log_dir), str(what_if)], on_source=functools.partial(print_summary, file=sys.stderr),
            meter=lambda source: meter(config, f"ingest {source}"), limits=Limits.from_settings(config))
     run(warehouse, ControllerSettings(shards=config.get_int("kraftlake.shards", minimum=1),
                                       checkpoint=checkpoint_location(config, warehouse, "controller"), once=True,
@@ -86,6 +89,6 @@ def main(argv: list[str] | None = None) -> int:
     write_report(warehouse.root, page, config, title="kraftlake quickstart: the sample cluster")
     print(f"\nwarehouse: {warehouse.root}\nreport: {page} (the timeline; open it in a browser)"
           f"\nnext: ./spark-submit.sh jobs/sql.py --warehouse {shlex.quote(warehouse.root)}    "
-          "# the SQL shell: \\tables lists the tables and views, \\q quits")
+          "# the SQL shell: \\tables lists the tables and views, \\q quits", file=sys.stderr)
     return 0
 
