@@ -18,7 +18,7 @@ from streaming_helpers import (assert_same_tables, committed_batches, generate_l
                                logged_events, reference_tables, run_controller, wait_for, warehouse_tables, write_jsonl)
 from kraftlake.metadata.tables import table_arrow_schema, tables_of
 from kraftlake.spark import controller_query as streaming
-from kraftlake.spark.queries import failure_message
+from kraftlake.spark.queries import failure_message, spark_error
 from kraftlake.storage import DeltaRsTables, Warehouse
 from kraftlake.storage.tables import rows_to_arrow
 
@@ -173,3 +173,65 @@ def test_a_java_heap_space_error_in_a_query_failure_is_told_as_out_of_memory_wit
     message = failure_message("controller", error, str(tmp_path))
     assert message.startswith("the controller query ran out of memory (java.lang.OutOfMemoryError: Java heap space)")
     assert "re-run at the same size by the next start" in message and "--driver-memory" in message
+
+
+# As Spark 4 reported a query whose Delta source met a data file deleted under it (jobs/controller.py --once on
+# a warehouse with one metadata_log file removed; paths shortened, frames cut)
+SOURCE_FAILED = """[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source perform latestOffset: \
+Traceback (most recent call last):
+  File "/v/pyspark.zip/pyspark/sql/streaming/python_streaming_source_runner.py", line 281, in main
+  File "/r/lib/kraftlake/storage/datasource.py", line 316, in latestOffset
+    nth = nth_value_after(table, self.column, first, rows)
+          ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/v/pyarrow/dataset.py", line 379, in _ensure_multiple_sources
+    raise FileNotFoundError(info.path)
+FileNotFoundError: /w/metadata_log/part-00000-a3ee5bbb-c000.parquet
+ SQLSTATE: 38000
+=== Streaming Query ===
+Identifier: kraftlake_controller [id = c5d8df7a, runId = e3cc2590]
+Current Committed Offsets: {}
+Current Available Offsets: {}
+"""
+
+# A task's Python error, as the job that ran it is aborted (the executor's part as Spark's executor logged it)
+TASK_FAILED = """Job aborted due to stage failure: Task 0 in stage 3.0 failed 1 times, most recent failure: Lost task \
+0.0 in stage 3.0 (TID 5) (localhost executor driver): org.apache.spark.api.python.PythonException: [PYTHON_EXCEPTION] \
+An exception was thrown from the Python worker: Traceback (most recent call last):
+  File "/r/lib/kraftlake/storage/datasource.py", line 402, in read
+    raise OSError("Generic S3 error: request failed")
+OSError: Generic S3 error: Error performing GET http://127.0.0.1:9/b/part-0.parquet after 10 retries
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "/r/lib/kraftlake/storage/datasource.py", line 410, in read
+    raise OSError(f"{path}: {exc}") from exc
+OSError: s3://b/metadata_log/part-0.parquet: Generic S3 error: connection closed before message completed
+ SQLSTATE: 38000
+\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(PythonRunner.scala:665)
+\tat org.apache.spark.scheduler.Task.run(Task.scala:147)
+
+Driver stacktrace:
+\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages(DAGScheduler.scala:2935)
+"""
+
+
+def test_a_python_error_in_a_failed_query_is_told_in_one_line_by_its_exception() -> None:
+    """The job's line named the failed query, then went on with the library's traceback, the JVM's stack and
+    the query's description: 39 lines for a data file deleted under the source."""
+    assert failure_message("controller", SOURCE_FAILED, "/c") == (
+        "the controller query failed: [PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data "
+        "source perform latestOffset: FileNotFoundError: /w/metadata_log/part-00000-a3ee5bbb-c000.parquet")
+    line = spark_error(TASK_FAILED)
+    assert line.startswith("Job aborted due to stage failure: Task 0 in stage 3.0 failed 1 times")
+    assert line.endswith(": OSError: s3://b/metadata_log/part-0.parquet: Generic S3 error: connection closed before "
+                         "message completed"), "the last exception raised, not the one it was raised from"
+    assert "\n" not in line and "Traceback" not in line and "\tat " not in line
+
+
+def test_a_jvm_error_in_a_failed_query_keeps_spark_s_words_without_its_stack() -> None:
+    error = ("Job aborted due to stage failure: Task 2 in stage 7.0 failed 4 times: ExecutorLostFailure (executor 1 "
+             "exited caused by one of the running tasks) Reason: Remote RPC client disassociated.\n"
+             "Driver stacktrace:\n\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages(x)\n")
+    assert spark_error(error) == ("Job aborted due to stage failure: Task 2 in stage 7.0 failed 4 times: "
+                                  "ExecutorLostFailure (executor 1 exited caused by one of the running tasks) "
+                                  "Reason: Remote RPC client disassociated.")

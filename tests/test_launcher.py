@@ -218,6 +218,21 @@ def test_a_warehouse_on_a_read_only_file_system(tmp_path: Path) -> None:
         USAGE, f"ingest: cannot write the warehouse {mount}/w: Read-only file system\n")
 
 
+def test_a_damaged_data_file_of_the_log_stops_the_controller_in_one_line(fixtures_dir: Path, tmp_path: Path) -> None:
+    """A metadata_log data file cut short under the warehouse: the job's line named the failed query, then
+    carried the library's Python traceback, the JVM's and the query's description (39 lines)."""
+    warehouse = tmp_path / "w"
+    ingest_source(DeltaRsTables(str(warehouse)), str(fixtures_dir / SHUTDOWN))
+    [data] = sorted((warehouse / "metadata_log").glob("*.parquet"))
+    whole = data.read_bytes()
+    data.write_bytes(whole[:len(whole) // 2] + whole[-8:])  # the footer's length and magic, no footer
+    done = launch(job("controller"), "--warehouse", str(warehouse), "--once",
+                  "--override", f"kraftlake.checkpoints={tmp_path / 'checkpoints'}")
+    said = [line for line in done.stderr.splitlines() if not line.startswith("WARNING: Using incubator modules")]
+    assert done.returncode == FAILED and len(said) == 1, done.stderr[-3000:]
+    assert said[0].startswith("controller: the controller query failed: ") and data.name in said[0], said
+
+
 def test_a_warehouse_the_user_may_not_write() -> None:
     """As root, the job runs as nobody (root may write anywhere); else in a folder without write permission.
     The folder is outside pytest's own, which only its owner may enter."""

@@ -279,6 +279,25 @@ def _cause(error: str, marker: str) -> str:
     return line.strip()[:400]
 
 
+PYTHON_TRACEBACK = "Traceback (most recent call last):"
+SPARK_TAIL = ("\n=== Streaming Query ===", "\nDriver stacktrace:", "\n\tat ")
+
+
+def spark_error(error: str) -> str:
+    """Spark's report of a failed query as one line: what failed, as Spark says it, then the error that
+    failed it. A Python error (in a data source's driver side or in a task) comes as its whole traceback,
+    once per attempt, inside the JVM's, and the query's description after it: the operator wants the last
+    traceback's exception line, not the library's frames."""
+    for tail in SPARK_TAIL:
+        error = error.split(tail, 1)[0]
+    if PYTHON_TRACEBACK not in error:
+        return " ".join(line.strip() for line in error.splitlines() if line.strip())[:1000]
+    head = error.split(PYTHON_TRACEBACK, 1)[0].strip()
+    frames = error.rsplit(PYTHON_TRACEBACK, 1)[1].splitlines()
+    raised = next((line.strip() for line in frames if line.strip() and not line[0].isspace()), "")
+    return f"{head[:400]} {raised[:600]}".strip()
+
+
 def failure_message(name: str, error: str, checkpoint: str) -> str:
     """A failed query's error as its operator needs it: a full disk, memory run out or a damaged checkpoint
     said in words, with the file and the remedy; anything else as Spark reported it."""
@@ -294,7 +313,7 @@ def failure_message(name: str, error: str, checkpoint: str) -> str:
                 "then start again; kraftlake.controller.max.records.per.batch bounds the micro-batches after it.")
     marker = next((m for m in DAMAGE_MARKERS if m in error), None)
     if marker is None:
-        return f"the {name} query failed: {error}"
+        return f"the {name} query failed: {spark_error(error)}"
     local = filesystem(checkpoint)[1]
     files = damaged_files(checkpoint) or sorted(set(re.findall(re.escape(local) + r"/[^\s:;,'\"()\[\]]+", error)))
     # a hidden .tmp file is a write the failure interrupted (another task's state store), not the damage
