@@ -45,7 +45,7 @@ from kraftlake.metadata.tables import FIXED_COLUMNS, derived_tables, table_arrow
 from kraftlake.report.metrics import PATH as METRICS_PATH, MetricsServer
 from kraftlake.spark.queries import (SHUFFLE_PARTITIONS, BackfillGuard, ControllerMetrics, LogProgress, MetadataLogEnd,
                                      delete_dir, group_keys, open_anomalies, parse_state, query_id, spread_keys,
-                                     start_sink, supervise)
+                                     spark_error, start_sink, supervise)
 from kraftlake.spark.quorum_query import quorum_outputs, start_quorum
 from kraftlake.spark.routing import HEARTBEAT_FILL, PACKED_SCHEMA, ROUTED_COLUMNS, ipc_stream, packed_batches
 from kraftlake.storage import NATIVE, Warehouse
@@ -584,7 +584,7 @@ def keep_warm(warehouse: Warehouse, settings: ControllerSettings, every_s: float
             try:
                 warm_up(warehouse, settings)
             except Exception as exc:  # py4j's and Spark's errors alike: nothing is written, nothing to undo
-                print(f"[controller] standby: warming up failed, no longer tried: {str(exc).splitlines()[0][:300]}",
+                print(f"[controller] standby: warming up failed, no longer tried: {spark_error(str(exc))[:300]}",
                       file=out or sys.stderr, flush=True)
                 return
 
@@ -596,7 +596,7 @@ def keep_warm(warehouse: Warehouse, settings: ControllerSettings, every_s: float
     try:
         warm_up_query(warehouse, settings)
     except Exception as exc:  # as below: the takeover works without it, slower
-        print(f"[controller] standby: the warm-up query failed: {str(exc).splitlines()[0][:300]}",
+        print(f"[controller] standby: the warm-up query failed: {spark_error(str(exc))[:300]}",
               file=out or sys.stderr, flush=True)
     thread = threading.Thread(target=again, name="kraftlake-warm-up", daemon=True)
     thread.start()
