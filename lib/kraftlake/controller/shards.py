@@ -17,6 +17,7 @@ import zlib
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from functools import cache
+from itertools import chain
 from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -151,9 +152,10 @@ class Block:
 
 @dataclass(frozen=True, eq=False)
 class Answers:
-    """Shard 0's answers to the heartbeats a step decided on the columns (``_Step.heartbeats``): each the shared
-    row of its kind (``templates``: ``_steady_row``, ``_stale_row``) at its request's offset and time, held as
-    columns instead of a dict per answer (and made into Arrow at once, not by ``answers_to_arrow`` row by row)."""
+    """Shard 0's answers to the heartbeats a step decided on its fast paths (``_Step.heartbeats``, ``_Step.steady``):
+    each the shared row of its kind (``templates``: ``_steady_row``, ``_stale_row``) at its request's offset and
+    time, held as columns instead of a dict per answer (and made into Arrow at once, not by ``answers_to_arrow``
+    row by row)."""
 
     offsets: np.ndarray  # int64
     timestamps: np.ndarray  # int64, ms
@@ -367,10 +369,9 @@ class _Step:
         self.running: dict[int, Session] | None = None  # ``running_sessions``, found again at the same times
         # ``calm_until``, kept over a run of events that took the fast paths; None after any other event
         self.calm: int | None = None
-        # the heartbeats on the columns (``heartbeats``), and shard 0's answers to those decided there: (index,
+        # shard 0's answers to the heartbeats its fast paths decided, as columns or as dicts: (offset, time,
         # version * 3 + STALE, STEADY or CAUGHT_UP), made into one ``Answers`` at the end (``finish``)
-        self.beats: Heartbeats | None = None
-        self.answered: list[tuple[int, int]] = []
+        self.answered: list[tuple[int, int, int]] = []
         self.anomalies = state.anomalies
         self.anomalies.thresholds = Thresholds.of(config)
         # min.insync.replicas and the election (``Context.elections``) by topic name, until an event that may
@@ -438,7 +439,6 @@ class _Step:
         sessions' contacts updated, shard 0's answers noted for one ``Answers``), the others as dicts in full
         (``request``); outside the calm, as dicts one by one (``event``)."""
         state, image = self.state, self.image
-        self.beats = beats
         if self.unordered:  # (what every path of a heartbeat does first)
             _canonical_order(image)
             self.unordered = False
@@ -479,7 +479,7 @@ class _Step:
                         break
                     kind = STALE
                 if answered is not None:
-                    answered.append((i, versions[i] * 3 + kind))
+                    answered.append((offsets[i], now, versions[i] * 3 + kind))
                 i += 1
             if i > start:
                 state.last_offset = offsets[i - 1]
@@ -854,9 +854,15 @@ class _Step:
         caught_up = steady_heartbeat(self.image, running, request["data"], request["timestamp"])
         if caught_up is None and not stale_heartbeat(self.image, request["data"]):  # (steady_heartbeat leaves
             return False                                                             # these alone)
-        if self.unordered or self.shard == 0:  # the other shards have no answer to write
-            self.answer(request, _stale_row(request["version"]) if caught_up is None
-                        else _steady_row(request["version"], caught_up))
+        if self.unordered:
+            _canonical_order(self.image)
+            self.unordered = False
+        if self.shard == 0:  # the other shards have no answer to write
+            code = request["version"] * 3 + (STALE if caught_up is None else CAUGHT_UP if caught_up else STEADY)
+            if self.columns:  # noted, for one ``Answers`` (``answers``), not a dict each
+                self.answered.append((request["offset"], request["timestamp"], code))
+            else:
+                self.answer(request, _heartbeat_row(code))
         return True
 
     def elsewhere(self, request: dict) -> bool:
@@ -1002,13 +1008,12 @@ class _Step:
         self.logged += len(index)
 
     def answers(self) -> Answers:
-        """Shard 0's answers to the heartbeats decided on the columns, as ``answer`` would have made them."""
-        beats, n = self.beats, len(self.answered)
-        index = np.fromiter((i for i, _ in self.answered), np.int64, n)
-        kinds, places = np.unique(np.fromiter((k for _, k in self.answered), np.int64, n), return_inverse=True)
-        templates = [_stale_row(kind // 3) if kind % 3 == STALE else _steady_row(kind // 3, kind % 3 == CAUGHT_UP)
-                     for kind in kinds.tolist()]
-        return Answers(beats.offsets[index], beats.timestamps[index], templates, places, self.out.seqs(n))
+        """Shard 0's answers to the heartbeats its fast paths decided, as ``answer`` would have made them."""
+        n = len(self.answered)
+        noted = np.fromiter(chain.from_iterable(self.answered), np.int64, 3 * n).reshape(n, 3).T
+        kinds, places = np.unique(noted[2], return_inverse=True)
+        return Answers(noted[0].copy(), noted[1].copy(), [_heartbeat_row(kind) for kind in kinds.tolist()], places,
+                       self.out.seqs(n))
 
     def finish(self, topics_before: dict, configs_before: dict) -> list[Output]:
         out, image, shard = self.out, self.image, self.shard
@@ -1223,6 +1228,12 @@ def _steady_row(version: int, caught_up: bool) -> dict:
 def _stale_row(version: int) -> dict:
     """The answer to a heartbeat of an unknown broker or another epoch (``cluster_control.stale_heartbeat``)."""
     return _answer_row("BrokerHeartbeatRequest", version, {"ErrorCode": error_code("STALE_BROKER_EPOCH")})
+
+
+def _heartbeat_row(code: int) -> dict:
+    """The shared answer of a heartbeat a fast path decided, by its code (version * 3 + STALE, STEADY or CAUGHT_UP)."""
+    version, kind = divmod(code, 3)
+    return _stale_row(version) if kind == STALE else _steady_row(version, kind == CAUGHT_UP)
 
 
 @cache
