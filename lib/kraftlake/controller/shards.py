@@ -412,26 +412,32 @@ class _Step:
         in one loop (nine in ten requests are heartbeats). The index of the first event left to ``event``."""
         if not self.fast:
             return i
-        state = self.state
-        for i in range(i, stop):
+        # (the step's attributes and methods held in locals, and the offset set only where it is read: by a
+        # request's decision and after the loop; nine in ten requests come through here, on every shard)
+        state, steady, elsewhere, calm, start = self.state, self.steady, self.elsewhere, self.calm, i
+        for i in range(start, stop):
             event = events[i]
             kind = event["type"]
             if kind != "BrokerHeartbeatRequest" and kind != "AlterPartitionRequest":
-                return i
-            calm = self.calm
+                break
+            now = event["timestamp"]
             if calm is None:
                 calm = self.calm = self.calm_until()
-            if event["timestamp"] >= calm:
+            if now >= calm:
                 # ``quiet`` may be a bound from earlier contacts: found again, it is usually much later
                 self.quiet = None
                 calm = self.calm = self.calm_until()
-                if event["timestamp"] >= calm:
-                    return i
-            state.last_offset = event["offset"]
-            if not (self.steady(event) if kind == "BrokerHeartbeatRequest" else self.elsewhere(event)):
-                self.calm = None
+                if now >= calm:
+                    break
+            if not (steady(event) if kind == "BrokerHeartbeatRequest" else elsewhere(event)):
+                state.last_offset = event["offset"]
+                self.calm = calm = None
                 self.request(event)
-        return stop
+        else:
+            i = stop
+        if i > start:
+            state.last_offset = events[i - 1]["offset"]
+        return i
 
     def heartbeats(self, beats: Heartbeats, start: int, stop: int) -> None:
         """Heartbeats ``start`` to ``stop`` of ``beats`` (no other event between them), as ``calm_requests``
