@@ -412,9 +412,11 @@ class _Step:
         in one loop (nine in ten requests are heartbeats). The index of the first event left to ``event``."""
         if not self.fast:
             return i
-        # (the step's attributes and methods held in locals, and the offset set only where it is read: by a
-        # request's decision and after the loop; nine in ten requests come through here, on every shard)
-        state, steady, elsewhere, calm, start = self.state, self.steady, self.elsewhere, self.calm, i
+        # (the step's attributes and methods held in locals, ``steady``'s tests made here rather than through it,
+        # and the offset set only where it is read: by a request's decision and after the loop; nine in ten
+        # requests come through here, on every shard)
+        state, image, elsewhere, calm, running, start = self.state, self.image, self.elsewhere, self.calm, None, i
+        answering = self.shard == 0
         for i in range(start, stop):
             event = events[i]
             kind = event["type"]
@@ -424,15 +426,23 @@ class _Step:
             if calm is None:
                 calm = self.calm = self.calm_until()
             if now >= calm:
-                # ``quiet`` may be a bound from earlier contacts: found again, it is usually much later
-                self.quiet = None
-                calm = self.calm = self.calm_until()
+                calm = self.calm_again(now)
                 if now >= calm:
                     break
-            if not (steady(event) if kind == "BrokerHeartbeatRequest" else elsewhere(event)):
-                state.last_offset = event["offset"]
-                self.calm = calm = None
-                self.request(event)
+            if kind == "BrokerHeartbeatRequest":
+                if running is None:
+                    running = self.sessions_running()
+                data = event["data"]
+                caught_up = steady_heartbeat(image, running, data, now)
+                if caught_up is not None or stale_heartbeat(image, data):
+                    if answering or self.unordered:
+                        self.steady_answer(event, caught_up, answering)
+                    continue
+            elif elsewhere(event):
+                continue
+            state.last_offset = event["offset"]
+            self.calm = calm = running = None
+            self.request(event)
         else:
             i = stop
         if i > start:
@@ -456,16 +466,13 @@ class _Step:
             if calm is None:
                 calm = self.calm = self.calm_until()
             if times[start] >= calm:
-                self.quiet = None  # (as ``calm_requests``: found again, the bound is usually much later)
-                calm = self.calm = self.calm_until()
+                calm = self.calm_again(times[start])
                 if times[start] >= calm:
                     state.last_offset = offsets[start]
                     self.event(beats.event(start))
                     start += 1
                     continue
-            running = self.running
-            if running is None:
-                running = self.running = running_sessions(image, state.controller)
+            running = self.sessions_running()
             i = start
             while i < stop:  # ``steady`` and ``steady_heartbeat``, on the columns
                 now = times[i]
@@ -848,28 +855,48 @@ class _Step:
             self.quiet = quiet_until(self.image, self.state.controller, self.timeout_ms)
         return NEVER if self.quiet is None else min(bound, self.quiet + 1)
 
+    def calm_again(self, now: int) -> int:
+        """``calm_until`` found again for an event at ``now``, at or past the bound last found: ``quiet`` too, if
+        ``now`` is past it (a bound from earlier contacts: found again, it is usually much later). A ``quiet``
+        that still holds is kept: the bound passed was another (the anomalies' thresholds), and finding it again
+        walks every broker's session."""
+        if self.quiet is None or now > self.quiet:
+            self.quiet = None
+        calm = self.calm = self.calm_until()
+        return calm
+
     def steady(self, request: dict) -> bool:
         """The fast path of a heartbeat that changes nothing (``cluster_control.steady_heartbeat``, or
         ``stale_heartbeat``: refused as another incarnation's) while the step is ``settled``: no decision, no
         records, and the answer only from shard 0 (every shard answers a broker request alike, and
         ``merged_responses`` keeps the first shard's). False, with nothing changed, when the request needs
         ``request``."""
-        running = self.running
-        if running is None:
-            running = self.running = running_sessions(self.image, self.state.controller)
-        caught_up = steady_heartbeat(self.image, running, request["data"], request["timestamp"])
+        caught_up = steady_heartbeat(self.image, self.sessions_running(), request["data"], request["timestamp"])
         if caught_up is None and not stale_heartbeat(self.image, request["data"]):  # (steady_heartbeat leaves
             return False                                                             # these alone)
+        self.steady_answer(request, caught_up, self.shard == 0)
+        return True
+
+    def steady_answer(self, request: dict, caught_up: bool | None, answering: bool) -> None:
+        """What a heartbeat ``steady`` took leaves besides its session's contact: the topics in canonical order
+        (what ``request`` does first), and on shard 0 (``answering``; the other shards have no answer to write)
+        its answer, noted for one ``Answers`` (``answers``), not a dict each, unless the step makes no columns."""
         if self.unordered:
             _canonical_order(self.image)
             self.unordered = False
-        if self.shard == 0:  # the other shards have no answer to write
+        if answering:
             code = request["version"] * 3 + (STALE if caught_up is None else CAUGHT_UP if caught_up else STEADY)
-            if self.columns:  # noted, for one ``Answers`` (``answers``), not a dict each
+            if self.columns:
                 self.answered.append((request["offset"], request["timestamp"], code))
             else:
                 self.answer(request, _heartbeat_row(code))
-        return True
+
+    def sessions_running(self) -> dict[int, Session]:
+        """``running_sessions``, found again only after ``changed``."""
+        running = self.running
+        if running is None:
+            running = self.running = running_sessions(self.image, self.state.controller)
+        return running
 
     def elsewhere(self, request: dict) -> bool:
         """The fast path of an AlterPartition about other shards' topics only
