@@ -216,7 +216,7 @@ def test_stale_heartbeats_take_the_fast_path(logs, monkeypatch):
 
     monkeypatch.setattr(shards, "stale_heartbeat", stale)
     replayed(logs[3], 2, [], fast=True)
-    assert len(answered) >= 100, len(answered)  # 1,324 on this log
+    assert len(answered) >= 100, len(answered)  # 1,354 on this log (both shards)
 
 
 def _unclean_elections(table: list[dict]) -> int:
