@@ -9,11 +9,13 @@ import random
 from typing import Callable
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kraftlake.controller.decisions import Context, record
 from kraftlake.controller.elections import change_partition, eligible_replicas, elr_policy, metadata_version
+from kraftlake.controller import replication
 from kraftlake.controller.replication import broker_failover, topic_election
 from kraftlake.image.cluster_image import DIR_LOST, DIR_MIGRATING, DIR_UNASSIGNED, ClusterImage
 from kraftlake.metadata import uuids
@@ -125,6 +127,24 @@ def test_a_failover_decided_by_shape_is_the_failover_decided_one_by_one(seed, th
                                       options.get("also_elr", False) or options.get("unclean_shutdown", False),
                                       options.get("unclean_shutdown", False))
                 assert broker_failover(image, broker, ctx, **options) == expected, (broker, options)
+
+
+@pytest.mark.parametrize("shapes_from", [0, 1 << 30])
+def test_a_failover_decides_alike_with_and_without_shapes(monkeypatch, shapes_from):
+    """A failover of fewer than ``SHAPES_FROM`` partitions decides each on its own: by shape for all sizes, or
+    for none, the records are those asked partition by partition."""
+    monkeypatch.setattr(replication, "SHAPES_FROM", shapes_from)
+    sizes = set()
+    for seed in range(12):
+        rng = random.Random(seed)
+        image = random_cluster(rng).image
+        for broker in BROKERS:
+            for ctx in (Context(now_ms=0, offset=1000), Context(now_ms=0, offset=1000, config={
+                    "unclean.leader.election.enable": "true", "min.insync.replicas": "2"})):
+                expected = one_by_one(image, broker, ctx, None, False, False)
+                sizes.add(len(expected))
+                assert broker_failover(image, broker, ctx) == expected, (seed, broker)
+    assert min(sizes) < 10 and max(sizes) > 64  # failovers on both sides of the default
 
 
 def test_shapes_group_rows_alike_in_every_field_but_identity_epochs_and_offsets():

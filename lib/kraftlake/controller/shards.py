@@ -17,6 +17,7 @@ import zlib
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from functools import cache
+from itertools import chain
 from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -151,9 +152,10 @@ class Block:
 
 @dataclass(frozen=True, eq=False)
 class Answers:
-    """Shard 0's answers to the heartbeats a step decided on the columns (``_Step.heartbeats``): each the shared
-    row of its kind (``templates``: ``_steady_row``, ``_stale_row``) at its request's offset and time, held as
-    columns instead of a dict per answer (and made into Arrow at once, not by ``answers_to_arrow`` row by row)."""
+    """Shard 0's answers to the heartbeats a step decided on its fast paths (``_Step.heartbeats``, ``_Step.steady``):
+    each the shared row of its kind (``templates``: ``_steady_row``, ``_stale_row``) at its request's offset and
+    time, held as columns instead of a dict per answer (and made into Arrow at once, not by ``answers_to_arrow``
+    row by row)."""
 
     offsets: np.ndarray  # int64
     timestamps: np.ndarray  # int64, ms
@@ -358,10 +360,9 @@ class _Step:
         self.running: dict[int, Session] | None = None  # ``running_sessions``, found again at the same times
         # ``calm_until``, kept over a run of events that took the fast paths; None after any other event
         self.calm: int | None = None
-        # the heartbeats on the columns (``heartbeats``), and shard 0's answers to those decided there: (index,
+        # shard 0's answers to the heartbeats its fast paths decided, as columns or as dicts: (offset, time,
         # version * 3 + STALE, STEADY or CAUGHT_UP), made into one ``Answers`` at the end (``finish``)
-        self.beats: Heartbeats | None = None
-        self.answered: list[tuple[int, int]] = []
+        self.answered: list[tuple[int, int, int]] = []
         self.anomalies = state.anomalies
         self.anomalies.thresholds = Thresholds.of(config)
         # min.insync.replicas and the election (``Context.elections``) by topic name, until an event that may
@@ -402,26 +403,42 @@ class _Step:
         in one loop (nine in ten requests are heartbeats). The index of the first event left to ``event``."""
         if not self.fast:
             return i
-        state = self.state
-        for i in range(i, stop):
+        # (the step's attributes and methods held in locals, ``steady``'s tests made here rather than through it,
+        # and the offset set only where it is read: by a request's decision and after the loop; nine in ten
+        # requests come through here, on every shard)
+        state, image, elsewhere, calm, running, start = self.state, self.image, self.elsewhere, self.calm, None, i
+        answering = self.shard == 0
+        for i in range(start, stop):
             event = events[i]
             kind = event["type"]
             if kind != "BrokerHeartbeatRequest" and kind != "AlterPartitionRequest":
-                return i
-            calm = self.calm
+                break
+            now = event["timestamp"]
             if calm is None:
                 calm = self.calm = self.calm_until()
-            if event["timestamp"] >= calm:
-                # ``quiet`` may be a bound from earlier contacts: found again, it is usually much later
-                self.quiet = None
-                calm = self.calm = self.calm_until()
-                if event["timestamp"] >= calm:
-                    return i
+            if now >= calm:
+                calm = self.calm_again(now)
+                if now >= calm:
+                    break
+            if kind == "BrokerHeartbeatRequest":
+                if running is None:
+                    running = self.sessions_running()
+                data = event["data"]
+                caught_up = steady_heartbeat(image, running, data, now)
+                if caught_up is not None or stale_heartbeat(image, data):
+                    if answering or self.unordered:
+                        self.steady_answer(event, caught_up, answering)
+                    continue
+            elif elsewhere(event):
+                continue
             state.last_offset = event["offset"]
-            if not (self.steady(event) if kind == "BrokerHeartbeatRequest" else self.elsewhere(event)):
-                self.calm = None
-                self.request(event)
-        return stop
+            self.calm = calm = running = None
+            self.request(event)
+        else:
+            i = stop
+        if i > start:
+            state.last_offset = events[i - 1]["offset"]
+        return i
 
     def heartbeats(self, beats: Heartbeats, start: int, stop: int) -> None:
         """Heartbeats ``start`` to ``stop`` of ``beats`` (no other event between them), as ``calm_requests``
@@ -429,7 +446,6 @@ class _Step:
         sessions' contacts updated, shard 0's answers noted for one ``Answers``), the others as dicts in full
         (``request``); outside the calm, as dicts one by one (``event``)."""
         state, image = self.state, self.image
-        self.beats = beats
         if self.unordered:  # (what every path of a heartbeat does first)
             _canonical_order(image)
             self.unordered = False
@@ -441,16 +457,13 @@ class _Step:
             if calm is None:
                 calm = self.calm = self.calm_until()
             if times[start] >= calm:
-                self.quiet = None  # (as ``calm_requests``: found again, the bound is usually much later)
-                calm = self.calm = self.calm_until()
+                calm = self.calm_again(times[start])
                 if times[start] >= calm:
                     state.last_offset = offsets[start]
                     self.event(beats.event(start))
                     start += 1
                     continue
-            running = self.running
-            if running is None:
-                running = self.running = running_sessions(image, state.controller)
+            running = self.sessions_running()
             i = start
             while i < stop:  # ``steady`` and ``steady_heartbeat``, on the columns
                 now = times[i]
@@ -470,7 +483,7 @@ class _Step:
                         break
                     kind = STALE
                 if answered is not None:
-                    answered.append((i, versions[i] * 3 + kind))
+                    answered.append((offsets[i], now, versions[i] * 3 + kind))
                 i += 1
             if i > start:
                 state.last_offset = offsets[i - 1]
@@ -833,22 +846,48 @@ class _Step:
             self.quiet = quiet_until(self.image, self.state.controller, self.timeout_ms)
         return NEVER if self.quiet is None else min(bound, self.quiet + 1)
 
+    def calm_again(self, now: int) -> int:
+        """``calm_until`` found again for an event at ``now``, at or past the bound last found: ``quiet`` too, if
+        ``now`` is past it (a bound from earlier contacts: found again, it is usually much later). A ``quiet``
+        that still holds is kept: the bound passed was another (the anomalies' thresholds), and finding it again
+        walks every broker's session."""
+        if self.quiet is None or now > self.quiet:
+            self.quiet = None
+        calm = self.calm = self.calm_until()
+        return calm
+
     def steady(self, request: dict) -> bool:
         """The fast path of a heartbeat that changes nothing (``cluster_control.steady_heartbeat``, or
         ``stale_heartbeat``: refused as another incarnation's) while the step is ``settled``: no decision, no
         records, and the answer only from shard 0 (every shard answers a broker request alike, and
         ``merged_responses`` keeps the first shard's). False, with nothing changed, when the request needs
         ``request``."""
+        caught_up = steady_heartbeat(self.image, self.sessions_running(), request["data"], request["timestamp"])
+        if caught_up is None and not stale_heartbeat(self.image, request["data"]):  # (steady_heartbeat leaves
+            return False                                                             # these alone)
+        self.steady_answer(request, caught_up, self.shard == 0)
+        return True
+
+    def steady_answer(self, request: dict, caught_up: bool | None, answering: bool) -> None:
+        """What a heartbeat ``steady`` took leaves besides its session's contact: the topics in canonical order
+        (what ``request`` does first), and on shard 0 (``answering``; the other shards have no answer to write)
+        its answer, noted for one ``Answers`` (``answers``), not a dict each, unless the step makes no columns."""
+        if self.unordered:
+            _canonical_order(self.image)
+            self.unordered = False
+        if answering:
+            code = request["version"] * 3 + (STALE if caught_up is None else CAUGHT_UP if caught_up else STEADY)
+            if self.columns:
+                self.answered.append((request["offset"], request["timestamp"], code))
+            else:
+                self.answer(request, _heartbeat_row(code))
+
+    def sessions_running(self) -> dict[int, Session]:
+        """``running_sessions``, found again only after ``changed``."""
         running = self.running
         if running is None:
             running = self.running = running_sessions(self.image, self.state.controller)
-        caught_up = steady_heartbeat(self.image, running, request["data"], request["timestamp"])
-        if caught_up is None and not stale_heartbeat(self.image, request["data"]):  # (steady_heartbeat leaves
-            return False                                                             # these alone)
-        if self.unordered or self.shard == 0:  # the other shards have no answer to write
-            self.answer(request, _stale_row(request["version"]) if caught_up is None
-                        else _steady_row(request["version"], caught_up))
-        return True
+        return running
 
     def elsewhere(self, request: dict) -> bool:
         """The fast path of an AlterPartition about other shards' topics only
@@ -993,13 +1032,12 @@ class _Step:
         self.logged += len(index)
 
     def answers(self) -> Answers:
-        """Shard 0's answers to the heartbeats decided on the columns, as ``answer`` would have made them."""
-        beats, n = self.beats, len(self.answered)
-        index = np.fromiter((i for i, _ in self.answered), np.int64, n)
-        kinds, places = np.unique(np.fromiter((k for _, k in self.answered), np.int64, n), return_inverse=True)
-        templates = [_stale_row(kind // 3) if kind % 3 == STALE else _steady_row(kind // 3, kind % 3 == CAUGHT_UP)
-                     for kind in kinds.tolist()]
-        return Answers(beats.offsets[index], beats.timestamps[index], templates, places, self.out.seqs(n))
+        """Shard 0's answers to the heartbeats its fast paths decided, as ``answer`` would have made them."""
+        n = len(self.answered)
+        noted = np.fromiter(chain.from_iterable(self.answered), np.int64, 3 * n).reshape(n, 3).T
+        kinds, places = np.unique(noted[2], return_inverse=True)
+        return Answers(noted[0].copy(), noted[1].copy(), [_heartbeat_row(kind) for kind in kinds.tolist()], places,
+                       self.out.seqs(n))
 
     def finish(self, topics_before: dict, configs_before: dict) -> list[Output]:
         out, image, shard = self.out, self.image, self.shard
@@ -1214,6 +1252,12 @@ def _steady_row(version: int, caught_up: bool) -> dict:
 def _stale_row(version: int) -> dict:
     """The answer to a heartbeat of an unknown broker or another epoch (``cluster_control.stale_heartbeat``)."""
     return _answer_row("BrokerHeartbeatRequest", version, {"ErrorCode": error_code("STALE_BROKER_EPOCH")})
+
+
+def _heartbeat_row(code: int) -> dict:
+    """The shared answer of a heartbeat a fast path decided, by its code (version * 3 + STALE, STEADY or CAUGHT_UP)."""
+    version, kind = divmod(code, 3)
+    return _stale_row(version) if kind == STALE else _steady_row(version, kind == CAUGHT_UP)
 
 
 @cache
