@@ -299,3 +299,22 @@ def test_a_killed_ingest_leaves_no_worker_and_runs_again_exact(tmp_path):
         rows = [sorted_rows([{k: plain(v) for k, v in r.items()} for r in t.read_arrow(name).to_pylist()])
                 for t in (killed, uninterrupted)]
         assert rows[0] == rows[1], name
+
+
+def test_a_failed_jobs_cause_is_the_python_workers_last_exception():
+    from kraftlake.spark.decoders import cause
+    error = Exception(
+        "An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 3.0 failed 4 times, "
+        "most recent failure: Lost task 0.3 in stage 3.0 (TID 12) (127.0.0.1 executor 0): "
+        "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+        '  File "/w/kraftlake/storage/pieces.py", line 140, in decode_shipped\n'
+        "    raise BatchError(message)\n"
+        "kraftlake.codec.batches.BatchError: CRC-32C mismatch: batch says 0x0a0dd6c1, bytes give 0xf86655c2\n"
+        "\n\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(PythonRunner.scala:665)\n"
+        "\tat java.base/java.lang.Thread.run(Thread.java:840)\n"
+        "Caused by: org.apache.spark.api.python.PythonException: ValueError: not this one\n")
+    assert cause(error) == "kraftlake.codec.batches.BatchError: CRC-32C mismatch: batch says 0x0a0dd6c1, bytes give " \
+                           "0xf86655c2"
+    assert cause(Exception("Py4JError: the Java gateway went away\nmore")) == "Py4JError: the Java gateway went away"
+    assert cause(Exception("no Python here\n\tat x")) == "no Python here"

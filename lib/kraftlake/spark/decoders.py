@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["SparkDecoders"]
 
 PIECES_PER_CORE = 2  # pieces in flight per executor core: one decoding, one waiting to start as it ends
+MAX_IN_FLIGHT = 256  # whatever the cluster's size: each piece in flight holds its bytes in the driver
 # The line of a Python worker's traceback that says what was raised, inside the Java exception's message.
 RAISED = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Failure): .*$", re.M)
 
@@ -41,8 +42,8 @@ class SparkDecoders:
     def __init__(self, context: SparkContext) -> None:
         self.context = context
         self.group = f"kraftlake-ingest-{uuid.uuid4().hex}"  # the jobs cancelled together at the end
-        self.threads: ThreadPoolExecutor | None = None
-        self.ahead = 0
+        # a thread per piece in flight, started as needed: at most ``parts``' ``ahead`` + 1 of them
+        self.threads = ThreadPoolExecutor(MAX_IN_FLIGHT + 1, thread_name_prefix="kraftlake-decode")
 
     def wanted(self, size: int) -> bool:
         """Every Kafka log: whoever chose Spark's tasks chose them for the logs too big for one machine."""
@@ -50,15 +51,13 @@ class SparkDecoders:
 
     def parts(self, head: Iterable[Item], segments: Iterable[pieces.Segment], limits: Limits,
               piece_records: int) -> Iterator[pieces.Part]:
-        if self.threads is None:
-            # the cores the application has now (a cluster's executors register after the session starts)
-            self.ahead = PIECES_PER_CORE * max(self.context.defaultParallelism, 1)
-            self.threads = ThreadPoolExecutor(self.ahead + 1, thread_name_prefix="kraftlake-decode")
-        return pieces.parts(head, segments, limits, self.submit, piece_records, self.ahead)
+        # the cores the application has now, asked at each source: a cluster's executors register after the
+        # session starts
+        ahead = min(PIECES_PER_CORE * max(self.context.defaultParallelism, 1), MAX_IN_FLIGHT)
+        return pieces.parts(head, segments, limits, self.submit, piece_records, ahead)
 
     def submit(self, piece: pieces.Piece) -> Future[pieces.Decoded]:
         """``piece`` shipped (its bytes read here, now) to a Spark job of its own, run from a thread."""
-        assert self.threads is not None, "parts() starts the threads"
         return self.threads.submit(self._decode, pieces.ship(piece))
 
     def _decode(self, shipped: pieces.Shipped) -> pieces.Decoded:
@@ -75,10 +74,10 @@ class SparkDecoders:
     def __enter__(self) -> SparkDecoders:
         return self
 
-    def __exit__(self, *_: object) -> None:
-        if self.threads is not None:
+    def __exit__(self, failed: type[BaseException] | None, *_: object) -> None:
+        if failed is not None:  # the ingest ends early (a failure, strict mode, a stop): so do its jobs
             self.context.cancelJobGroup(self.group)
-            self.threads.shutdown(wait=True, cancel_futures=True)
+        self.threads.shutdown(wait=True, cancel_futures=True)
 
 
 def cause(exc: BaseException) -> str:
