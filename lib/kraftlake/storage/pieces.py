@@ -92,6 +92,9 @@ class Shipped:
 # A piece decoded where it was shipped to: its batch as Arrow IPC bytes (what crosses to the ingest's
 # process without pickling each value), and its rejections.
 Encoded = tuple[bytes, list[tuple[int, Rejection]]]
+# lz4 buffers: a piece's columns repeat themselves (its file's name on every row), so a sixth of the bytes
+# cross the cluster and the JVMs (12 MB -> 2 MB for 50,000 events) for ~3 ms to read them back
+IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
 class DecodeFailure(RuntimeError):
@@ -148,7 +151,7 @@ def decode_shipped(shipped: Shipped) -> Encoded:
                                   for (position, _), start in zip(piece.batches, starts)),
                                  piece.path, piece.min_offset)
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
+    with pa.ipc.new_stream(sink, batch.schema, options=IPC_OPTIONS) as writer:
         writer.write_batch(batch)
     return sink.getvalue().to_pybytes(), rejections
 
