@@ -5,18 +5,20 @@
 For each size of cluster (a standalone master and ``workers`` one-core workers on 127.0.0.1, from the pinned
 pyspark: ``cluster.SparkCluster``), the log is ingested into a fresh warehouse and replayed by
 ``jobs/controller.py --once``, both submitted with ``./spark-submit.sh --master spark://...`` as a user
-would, and timed from submission to exit. Ingest decodes in the driver's own processes, not in Spark
-tasks (``kraftlake.ingest.workers``): it is run with as many decoders as the cluster has workers, which
-says how it scales on one machine, not on a cluster. The replay writes Spark's event log, from which
-each run is split into the time before Spark's first job, the time some job was running, and the time
-the driver worked alone between jobs (the sink's Delta writes, planning, commits), with each executor's
-task seconds: the part of a run that more executors cannot shorten.
+would, and timed from submission to exit. Ingest decodes the log's records in Spark's tasks on the
+executors (``kraftlake.ingest.decoders=spark``); its header pass, sequencer and commit stay in the driver.
+Both write Spark's event log, from which each run is split into the time before Spark's first job, the
+time some job was running, and the time the driver worked alone between jobs (the sink's Delta writes,
+planning, commits; ingest's header pass and commit), with each executor's task seconds: the part of a run
+that more executors cannot shorten. The driver's CPU seconds (its JVM and its Python, both children of the
+submission) are measured for each run as well.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 from pathlib import Path
 from typing import Any, Iterator
@@ -89,40 +91,49 @@ def _last_line(stdout: str) -> str:
     return (stdout.strip().splitlines() or [""])[-1]
 
 
+def _submit(cluster: SparkCluster, folder: Path, name: str, job: str, *args: str) -> tuple[str, float, dict]:
+    """``job`` submitted to ``cluster`` writing its event log into ``folder/<name>-events``: (its stdout, seconds
+    from submission to exit, its split (``split_of``) with the driver's CPU seconds)."""
+    events = folder / f"{name}-events"
+    events.mkdir()
+    conf = ("spark.eventLog.enabled=true", f"spark.eventLog.dir={events}", "spark.eventLog.compress=false")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    stdout, seconds = cluster.submit(job, *args, err=folder / f"{name}.err", conf=conf)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return stdout, seconds, {**split_of(events), "driver_cpu_s": round(cpu, 1)}
+
+
 def measure_scale_out(work: Path, log_dir: Path, args: Any) -> dict:
     """Ingest and replay of ``log_dir`` on clusters of 1 and 2 one-core workers (``WORKERS``)."""
     import pyspark
 
     # under spark-submit, pyspark is imported from a zip inside SPARK_HOME, which the launcher sets
     spark_home = Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent)
-    out: dict = {"ingest": {}, "replay": {}, "replay_split": {}}
+    out: dict = {"ingest": {}, "replay": {}, "ingest_split": {}, "replay_split": {}}
     overrides = sum((["--override", o] for o in args.override), [])
     for workers in WORKERS:
         folder = work / f"scale-out-{workers}"
         shutil.rmtree(folder, ignore_errors=True)
-        (folder / "events").mkdir(parents=True)
+        folder.mkdir(parents=True)
         warehouse = str(folder / "warehouse")
         cluster = SparkCluster(spark_home, folder, workers).start()
         try:
-            stdout, seconds = cluster.submit("ingest.py", "--warehouse", warehouse, "--override",
-                                             f"kraftlake.ingest.workers={workers}", *overrides, str(log_dir),
-                                             err=folder / "ingest.err")
-            out["ingest"][f"workers_{workers}_s"] = round(seconds, 1)
-            log(f"scale-out: ingest, {workers} worker(s): {seconds:.1f} s ({_last_line(stdout)})")
-            events = ("spark.eventLog.enabled=true", f"spark.eventLog.dir={folder / 'events'}",
-                      "spark.eventLog.compress=false")
-            stdout, seconds = cluster.submit("controller.py", "--warehouse", warehouse, "--once", "--shards",
-                                             str(args.shards), *overrides, err=folder / "replay.err", conf=events)
-            out["replay"][f"workers_{workers}_s"] = round(seconds, 1)
-            out["replay_split"][f"workers_{workers}"] = split_of(folder / "events")
-            log(f"scale-out: replay, {workers} worker(s): {seconds:.1f} s ({_last_line(stdout)})")
+            for stage, job, job_args in (
+                    ("ingest", "ingest.py", ["--override", "kraftlake.ingest.decoders=spark", *overrides, str(log_dir)]),
+                    ("replay", "controller.py", ["--once", "--shards", str(args.shards), *overrides])):
+                stdout, seconds, split = _submit(cluster, folder, stage, job, "--warehouse", warehouse, *job_args)
+                out[stage][f"workers_{workers}_s"] = round(seconds, 1)
+                out[f"{stage}_split"][f"workers_{workers}"] = split
+                log(f"scale-out: {stage}, {workers} worker(s): {seconds:.1f} s, driver CPU {split['driver_cpu_s']} s, "
+                    f"tasks {split['task_s_by_executor']} ({_last_line(stdout)})")
         finally:
             cluster.stop()
     for stage in ("ingest", "replay"):
         times = out[stage]
         times["speedup"] = round(times["workers_1_s"] / times["workers_2_s"], 2)
-    out["ingest"]["decoded_by"] = "the driver's own processes (kraftlake.ingest.workers = the workers' count), " \
-                                  "not Spark tasks"
+    out["ingest"]["decoded_by"] = "Spark tasks on the executors (kraftlake.ingest.decoders=spark); the header " \
+                                  "pass, sequencer and commit in the driver"
     return out
 
 

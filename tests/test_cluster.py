@@ -1,7 +1,8 @@
 """The jobs on a real Spark standalone cluster (a master and two one-core workers on 127.0.0.1, from the
-pinned pyspark), submitted with ``./spark-submit.sh --master spark://...`` as a user would: ingest, then
-the controller, running: it replays the log ingested before it started, then answers requests ingested
-while it runs, with the quorum query beside it; then SQL and the quorum view over the warehouse it left.
+pinned pyspark), submitted with ``./spark-submit.sh --master spark://...`` as a user would: ingest (its
+records decoded in the executors' tasks), then the controller, running: it replays the log ingested before
+it started, then answers requests ingested while it runs, with the quorum query beside it; then SQL and the
+quorum view over the warehouse it left.
 Every table must equal a local-mode run of the same log.
 
 The cluster is started once per test session (``spark_cluster`` in conftest), only when a test here runs.
@@ -60,7 +61,8 @@ def test_jobs_on_a_standalone_cluster_equal_local_mode(spark_cluster, spark, tmp
                                                err=tmp_path / f"{job}.err", timeout=300)
         return out
 
-    assert "0 rejected" in submit("ingest.py", *first).splitlines()[-1]
+    # its records decoded by the executors' tasks, each piece shipped with its bytes
+    assert "0 rejected" in submit("ingest.py", "--override", "kraftlake.ingest.decoders=spark", *first).splitlines()[-1]
 
     # the controller, started on the cluster, replays the log ingested before it (both queries up to its last
     # offset), then answers the what-if requests ingested while it runs

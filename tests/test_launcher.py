@@ -114,6 +114,18 @@ def test_which_jobs_need_spark() -> None:
     assert needs_spark("sql", ["--warehouse", "w", "--", "--help"]), "after --, --help is a query, not the option"
 
 
+def test_ingest_needs_spark_when_its_settings_say_its_decoders_are_sparks(tmp_path: Path) -> None:
+    spark = "kraftlake.ingest.decoders=spark"
+    (tmp_path / "spark.properties").write_text(spark + "\n")
+    assert needs_spark("ingest", ["--warehouse", "w", "--override", spark, "log"])
+    assert needs_spark("ingest", ["--conf-file", str(tmp_path / "spark.properties"), "log"])
+    assert not needs_spark("ingest", ["--conf-file", str(tmp_path / "spark.properties"), "--override",
+                                      "kraftlake.ingest.decoders=local", "log"]), "--override wins"
+    assert not needs_spark("ingest", ["--override", spark, "--follow", "dir"]), "--follow decodes in its own process"
+    assert not needs_spark("ingest", ["--conf-file", str(tmp_path / "missing.properties"), "log"]), \
+        "a setting that cannot be read is the job's to report, without a JVM"
+
+
 NO_PYSPARK = '''import sys
 class NoSpark:
     def find_spec(self, name, path=None, target=None):

@@ -9,6 +9,9 @@ Ingesting the same bytes twice adds nothing. Damaged or invalid parts land in ``
 their location and reason and the ingest goes on; ``--strict`` stops at the first one (exit 1)
 and commits nothing of that source.
 
+With ``kraftlake.ingest.decoders=spark`` a Kafka log's records are decoded by Spark's tasks (the job then
+starts a Spark session: on a cluster, ``--master spark://...``); the rest of the ingest stays in this process.
+
 ``--follow DIR`` tails a live node's ``__cluster_metadata-0`` directory instead, appending new records
 as batches land (every ``kraftlake.ingest.follow.poll.ms``), until stopped (SIGINT/SIGTERM); it exits 1
 if the node's log was rewritten under records already ingested (``kraftlake.storage.follow``).
@@ -24,8 +27,9 @@ import json
 import signal
 import sys
 import threading
+from contextlib import nullcontext
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import pyarrow.compute as pc
 
@@ -37,6 +41,13 @@ from kraftlake.metadata.config import Config
 from kraftlake.storage import DeltaRsTables
 from kraftlake.storage.follow import Follower, FollowError, print_poll
 from kraftlake.storage.ingest import HistoryConflict, SourceSummary, StrictModeError, ingest
+from kraftlake.storage.pieces import DecodeFailure
+
+if TYPE_CHECKING:
+    from kraftlake.spark.decoders import SparkDecoders
+
+DECODERS = "kraftlake.ingest.decoders"
+LOCAL, SPARK = "local", "spark"
 
 
 def print_summary(summary: SourceSummary, warehouse: str = "W", file: TextIO | None = None) -> None:
@@ -87,15 +98,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ingest: warning: {warning}", file=sys.stderr)
 
     try:
-        summaries = ingest(tables, args.sources, strict=config.get_bool("kraftlake.strict"),
-                           full_history=args.full_history, from_snapshot=args.from_snapshot,
-                           batch_records=config.get_int("kraftlake.ingest.batch.records", minimum=1),
-                           meter=lambda source: meter(config, f"ingest {source}"), on_source=printer,
-                           limits=Limits.from_settings(config),
-                           workers=config.get_int("kraftlake.ingest.workers", minimum=0),
-                           workers_min_bytes=config.get_int("kraftlake.ingest.workers.min.bytes", minimum=0),
-                           compact_files=config.get_int("kraftlake.ingest.compact.files", minimum=0))
-    except StrictModeError as exc:
+        with spark_decoders(config) if config.get_str(DECODERS, choices=(LOCAL, SPARK)) == SPARK \
+                else nullcontext() as decoders:
+            summaries = ingest(tables, args.sources, strict=config.get_bool("kraftlake.strict"),
+                               full_history=args.full_history, from_snapshot=args.from_snapshot,
+                               batch_records=config.get_int("kraftlake.ingest.batch.records", minimum=1),
+                               meter=lambda source: meter(config, f"ingest {source}"), on_source=printer,
+                               limits=Limits.from_settings(config),
+                               workers=config.get_int("kraftlake.ingest.workers", minimum=0),
+                               workers_min_bytes=config.get_int("kraftlake.ingest.workers.min.bytes", minimum=0),
+                               compact_files=config.get_int("kraftlake.ingest.compact.files", minimum=0),
+                               decoders=decoders)
+    except (StrictModeError, DecodeFailure) as exc:
         print(f"ingest: {exc}; nothing of this source was committed", file=sys.stderr)
         return FAILED
     except HistoryConflict as exc:
@@ -117,6 +131,14 @@ def main(argv: list[str] | None = None) -> int:
     if unreadable:
         raise UserError("; ".join(nothing_read(tables, s) for s in unreadable))
     return 0
+
+
+def spark_decoders(config: Config) -> SparkDecoders:
+    """Spark's tasks as the ingest's decoders, in the job's session (``get_spark``: spark-submit's master)."""
+    from kraftlake.spark.decoders import SparkDecoders
+    from kraftlake.spark.session import get_spark
+
+    return SparkDecoders(get_spark(config, "kraftlake-ingest").sparkContext)
 
 
 def nothing_read(tables: DeltaRsTables, summary: SourceSummary) -> str:

@@ -2,7 +2,7 @@
 
 ``spark-submit.sh`` asks ``python -m kraftlake.cli.launcher JOB ARGS...`` whether the job needs Spark:
 the jobs that read and write only through delta-rs (``NO_SPARK``) are run by the venv's python straight
-away, without the seconds a JVM costs to start.
+away, without the seconds a JVM costs to start, unless their settings ask for Spark (``SPARK_WHEN``).
 
 For the others Spark's launcher starts the Python driver with its stderr merged into its stdout, which
 the JVM copies to its own stdout, so a job's messages would land in the middle of its data. The launcher
@@ -28,6 +28,7 @@ between two steps. A second SIGTERM while the first unwinds is ignored: the unwi
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import os
 import re
@@ -38,6 +39,7 @@ import time
 import traceback
 from typing import Callable, Sequence
 
+from kraftlake.cli.config import add_common_arguments, config_from_args
 from kraftlake.codec.files import NotRegularFile
 from kraftlake.metadata.config import ConfigError
 from kraftlake.metadata.progress import TERMINAL_ENV
@@ -48,6 +50,9 @@ LAUNCHER_PID = "KRAFTLAKE_LAUNCHER_PID"
 DRIVER_PID_FILE = "KRAFTLAKE_DRIVER_PID_FILE"
 # Jobs whose work goes through delta-rs and the pure core only: no SparkSession, so no JVM.
 NO_SPARK = frozenset({"check", "dump", "ingest", "quorum", "report", "shell", "simulate"})
+# ... but for these, which start a session when a setting has this value (ingest: decoders in Spark's tasks),
+# unless given one of the options (ingest --follow decodes in its own process whatever the setting says).
+SPARK_WHEN = {"ingest": ("kraftlake.ingest.decoders", "spark", ("--follow",))}
 HELP = ("-h", "--help")
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -78,7 +83,20 @@ def needs_spark(job: str, args: Sequence[str]) -> bool:
         options = options[:options.index("--")]
     if any(a in HELP for a in options):
         return False  # argparse prints the help and exits before anything starts
+    if job in SPARK_WHEN:
+        key, value, without = SPARK_WHEN[job]
+        return not any(a.split("=", 1)[0] in without for a in options) and _setting(options, key) == value
     return job not in NO_SPARK
+
+
+def _setting(args: Sequence[str], key: str) -> str | None:
+    """``key`` as the job given ``args`` reads it (its ``--conf-file`` and ``--override`` over the defaults);
+    None when they cannot be read: the job says why itself, without Spark."""
+    parser = add_common_arguments(argparse.ArgumentParser(add_help=False))
+    try:
+        return config_from_args(parser.parse_known_args(list(args))[0]).get_str(key)
+    except (ConfigError, OSError, SystemExit):
+        return None
 
 
 def run_job(name: str, main: Main, argv: Sequence[str] | None = None) -> int:

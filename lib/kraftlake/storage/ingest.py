@@ -24,6 +24,7 @@ import os
 import shlex
 import time
 from collections import Counter
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Protocol, Sequence
@@ -764,10 +765,12 @@ def read_quorum_files(path: Path, limits: Limits | None = None) -> tuple[list[di
 def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_history: bool = False,
                   from_snapshot: bool = False, batch_records: int | None = None,
                   meter: Meter | None = None, limits: Limits | None = None, workers: int | None = None,
-                  workers_min_bytes: int | None = None, compact_files: int | None = None) -> SourceSummary:
+                  workers_min_bytes: int | None = None, compact_files: int | None = None,
+                  decoders: pieces.Decoders | None = None) -> SourceSummary:
     """Ingest one source; ``batch_records`` events per Arrow batch (``kraftlake.ingest.batch.records``);
     a Kafka log of at least ``workers_min_bytes`` is decoded by ``workers`` processes
-    (``kraftlake.ingest.workers``, 0: one per core; ``pieces``);
+    (``kraftlake.ingest.workers``, 0: one per core; ``pieces``), or by ``decoders`` when given (Spark's
+    tasks: ``kraftlake.ingest.decoders``; the caller owns them);
     progress goes to ``meter`` (its unit and total are set here, from the source); the source is read
     within ``limits`` (``kraftlake.decode.*``), and its events placed within them (at most
     ``kraftlake.ingest.offset.max.gap`` past the log's end, ``kraftlake.ingest.timestamp.after.max.ms`` past
@@ -780,13 +783,13 @@ def ingest_source(tables: Tables, source: str, *, strict: bool = False, full_his
     count = pieces.worker_count(int(settings["kraftlake.ingest.workers"]) if workers is None else workers)
     min_bytes = int(settings["kraftlake.ingest.workers.min.bytes"]) if workers_min_bytes is None else workers_min_bytes
     compact = int(settings["kraftlake.ingest.compact.files"]) if compact_files is None else compact_files
-    with pieces.Workers(count, min_bytes) as pool:
+    with nullcontext(decoders) if decoders is not None else pieces.Workers(count, min_bytes) as pool:
         return _ingest_source(tables, source, strict, full_history, from_snapshot, batch_records, meter,
                               limits or default_limits(), pool, compact)
 
 
 def _ingest_source(tables: Tables, source: str, strict: bool, full_history: bool, from_snapshot: bool,
-                   batch_records: int, meter: Meter | None, limits: Limits, pool: pieces.Workers,
+                   batch_records: int, meter: Meter | None, limits: Limits, pool: pieces.Decoders,
                    compact_files: int) -> SourceSummary:
     start = start_of(full_history, from_snapshot)
     path = Path(source).resolve()
@@ -889,7 +892,8 @@ def ingest(tables: Tables, sources: Iterable[str], *, strict: bool = False, full
            meter: Callable[[str], Meter] | None = None,
            on_source: Callable[[SourceSummary], None] | None = None,
            limits: Limits | None = None, workers: int | None = None,
-           workers_min_bytes: int | None = None, compact_files: int | None = None) -> list[SourceSummary]:
+           workers_min_bytes: int | None = None, compact_files: int | None = None,
+           decoders: pieces.Decoders | None = None) -> list[SourceSummary]:
     """Ingest each source in the order given (offsets continue across them); ``meter(label)`` makes each
     source's progress meter; the rest as ``ingest_source``."""
     summaries = []
@@ -897,7 +901,8 @@ def ingest(tables: Tables, sources: Iterable[str], *, strict: bool = False, full
         summary = ingest_source(tables, os.fspath(source), strict=strict, full_history=full_history,
                                 from_snapshot=from_snapshot, batch_records=batch_records,
                                 meter=None if meter is None else meter(os.fspath(source)), limits=limits,
-                                workers=workers, workers_min_bytes=workers_min_bytes, compact_files=compact_files)
+                                workers=workers, workers_min_bytes=workers_min_bytes, compact_files=compact_files,
+                                decoders=decoders)
         summaries.append(summary)
         if on_source is not None:
             on_source(summary)
