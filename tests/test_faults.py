@@ -18,7 +18,8 @@ from streaming_helpers import (assert_same_tables, committed_batches, generate_l
                                logged_events, reference_tables, run_controller, wait_for, warehouse_tables, write_jsonl)
 from kraftlake.metadata.tables import table_arrow_schema, tables_of
 from kraftlake.spark import controller_query as streaming
-from kraftlake.spark.queries import failure_message, spark_error
+from kraftlake.spark.errors import spark_error
+from kraftlake.spark.queries import failure_message
 from kraftlake.storage import DeltaRsTables, Warehouse
 from kraftlake.storage.tables import rows_to_arrow
 

@@ -43,9 +43,10 @@ from kraftlake.metadata.progress import Meter
 from kraftlake.metadata.schemas import StructSpec, registry
 from kraftlake.metadata.tables import FIXED_COLUMNS, derived_tables, table_arrow_schema, table_keys, tables_of
 from kraftlake.report.metrics import PATH as METRICS_PATH, MetricsServer
+from kraftlake.spark.errors import spark_error
 from kraftlake.spark.queries import (SHUFFLE_PARTITIONS, BackfillGuard, ControllerMetrics, LogProgress, MetadataLogEnd,
                                      delete_dir, group_keys, open_anomalies, parse_state, query_id, spread_keys,
-                                     spark_error, start_sink, supervise)
+                                     start_sink, supervise)
 from kraftlake.spark.quorum_query import quorum_outputs, start_quorum
 from kraftlake.spark.routing import HEARTBEAT_FILL, PACKED_SCHEMA, ROUTED_COLUMNS, ipc_stream, packed_batches
 from kraftlake.storage import NATIVE, Warehouse

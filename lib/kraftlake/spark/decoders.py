@@ -14,13 +14,13 @@ source is committed.
 
 from __future__ import annotations
 
-import re
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 from kraftlake.codec.bounds import Limits
 from kraftlake.metadata.rejections import Item
+from kraftlake.spark.errors import python_raised
 from kraftlake.storage import pieces
 
 if TYPE_CHECKING:
@@ -30,8 +30,6 @@ __all__ = ["SparkDecoders"]
 
 PIECES_PER_CORE = 2  # pieces in flight per executor core: one decoding, one waiting to start as it ends
 MAX_IN_FLIGHT = 256  # whatever the cluster's size: each piece in flight holds its bytes in the driver
-# The line of a Python worker's traceback that says what was raised, inside the Java exception's message.
-RAISED = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Failure): .*$", re.M)
 
 
 class SparkDecoders:
@@ -84,6 +82,4 @@ def cause(exc: BaseException) -> str:
     """What made a Spark job fail, in one line: the last exception a Python worker raised, when the job's
     error carries its traceback, else the first line of the error."""
     text = str(exc)
-    raised = RAISED.findall(text.split("\n\tat ", 1)[0]) or RAISED.findall(text)
-    line = raised[-1] if raised else next((s for s in text.splitlines() if s.strip()), type(exc).__name__)
-    return line.strip()
+    return python_raised(text) or next((s.strip() for s in text.splitlines() if s.strip()), type(exc).__name__)

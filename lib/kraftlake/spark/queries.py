@@ -24,6 +24,7 @@ import pyarrow.fs as pafs
 
 from kraftlake.metadata.progress import Meter
 from kraftlake.report.metrics import Gauge, MetricsServer, cluster_gauges, progress_gauges
+from kraftlake.spark.errors import spark_error
 from kraftlake.storage.deltars import DeltaRsTables, StorageOptions, backfills_since, file_ranges, filesystem
 from kraftlake.storage.lease import Lease
 
@@ -277,25 +278,6 @@ def damaged_files(checkpoint: str) -> list[str]:
 def _cause(error: str, marker: str) -> str:
     line = next((line for line in error.splitlines() if marker in line), error.splitlines()[0] if error else "")
     return line.strip()[:400]
-
-
-PYTHON_TRACEBACK = "Traceback (most recent call last):"
-SPARK_TAIL = ("\n=== Streaming Query ===", "\nDriver stacktrace:", "\n\tat ")
-
-
-def spark_error(error: str) -> str:
-    """Spark's report of a failed query as one line: what failed, as Spark says it, then the error that
-    failed it. A Python error (in a data source's driver side or in a task) comes as its whole traceback,
-    once per attempt, inside the JVM's, and the query's description after it: the operator wants the last
-    traceback's exception line, not the library's frames."""
-    for tail in SPARK_TAIL:
-        error = error.split(tail, 1)[0]
-    if PYTHON_TRACEBACK not in error:
-        return " ".join(line.strip() for line in error.splitlines() if line.strip())[:1000]
-    head = error.split(PYTHON_TRACEBACK, 1)[0].strip()
-    frames = error.rsplit(PYTHON_TRACEBACK, 1)[1].splitlines()
-    raised = next((line.strip() for line in frames if line.strip() and not line[0].isspace()), "")
-    return f"{head[:400]} {raised[:600]}".strip()
 
 
 def failure_message(name: str, error: str, checkpoint: str) -> str:
