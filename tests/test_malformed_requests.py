@@ -28,7 +28,7 @@ from streaming_helpers import logged_events, run_controller, warehouse_tables, r
 from kraftlake.codec import events as events_mod
 from kraftlake.codec.events import EventError, json_bytes, validate_event
 from kraftlake.controller.dispatch import BROKER_REQUESTS, PARTITION_REQUESTS, TOPIC_REQUESTS
-from kraftlake.controller.shards import ShardState, merged_responses, replay_log, routes, step
+from kraftlake.controller.shards import ShardState, expand, merged_responses, replay_log, routes, step
 from kraftlake.metadata.errors import error_code, error_name
 from kraftlake.metadata.schemas import QUORUM_TRAFFIC, StructSpec, registry
 from kraftlake.raft.replica import Replica, replay_quorum
@@ -129,7 +129,7 @@ def decide(events: list[dict]) -> tuple[dict[int, dict], set[int], dict[str, lis
     outputs = []
     for shard in range(SHARDS):
         state = ShardState.from_bytes(BASE_STATES[shard])
-        outputs += step(shard, SHARDS, state, [e for e in events if shard in routes(e, SHARDS)])
+        outputs += expand(step(shard, SHARDS, state, [e for e in events if shard in routes(e, SHARDS)]))
     rows: dict[str, list[dict]] = {}
     for o in outputs:
         if o.op in ("append", "upsert"):
