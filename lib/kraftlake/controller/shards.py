@@ -446,9 +446,7 @@ class _Step:
         sessions' contacts updated, shard 0's answers noted for one ``Answers``), the others as dicts in full
         (``request``); outside the calm, as dicts one by one (``event``)."""
         state, image = self.state, self.image
-        if self.unordered:  # (what every path of a heartbeat does first)
-            _canonical_order(image)
-            self.unordered = False
+        self.in_canonical_order()  # (what every path of a heartbeat does first)
         offsets, times, brokers, epochs, metadata, fence, shutdown, offline, versions = beats.values
         registered = image.brokers
         answered = self.answered if self.shard == 0 else None
@@ -872,9 +870,7 @@ class _Step:
         """What a heartbeat ``steady`` took leaves besides its session's contact: the topics in canonical order
         (what ``request`` does first), and on shard 0 (``answering``; the other shards have no answer to write)
         its answer, noted for one ``Answers`` (``answers``), not a dict each, unless the step makes no columns."""
-        if self.unordered:
-            _canonical_order(self.image)
-            self.unordered = False
+        self.in_canonical_order()
         if answering:
             code = request["version"] * 3 + (STALE if caught_up is None else CAUGHT_UP if caught_up else STEADY)
             if self.columns:
@@ -902,13 +898,18 @@ class _Step:
     def answer(self, request: dict, row: dict) -> None:
         """Shard 0's ``responses`` row of a fast path, from a shared ``row`` made for the request's type
         and version (``_steady_row``); what ``request`` would have done first (``_canonical_order``)."""
-        if self.unordered:
-            _canonical_order(self.image)
-            self.unordered = False
+        self.in_canonical_order()
         if self.shard == 0:  # (the answer's ``data`` stays shared: nothing writes into an answer once made)
             row = row.copy()
             row["offset"], row["timestamp"] = request["offset"], request["timestamp"]
             self.out.add("responses", "response", request["offset"], row)
+
+    def in_canonical_order(self) -> None:
+        """The topics in canonical order (``_canonical_order``) if a record may have left them out of it: what
+        every request's path does first, fast or full."""
+        if self.unordered:
+            _canonical_order(self.image)
+            self.unordered = False
 
     def changed(self) -> None:
         """Brokers or their sessions may have changed: what ``quiet``, ``leaving`` and ``running`` hold is to be
@@ -932,9 +933,7 @@ class _Step:
         all their records are replayed and logged."""
         state = self.state
         self.logged = 0  # the request's records in controller_log so far: their seq
-        if self.unordered:
-            _canonical_order(self.image)
-            self.unordered = False
+        self.in_canonical_order()
         ctx = self.ctx
         ctx.now_ms, ctx.offset = request["timestamp"], request["offset"]
         starts = not state.in_term
