@@ -19,7 +19,7 @@ from kraftlake.codec.events import validate_event
 from kraftlake.controller.cluster_control import ControllerState, expire_sessions, take_over
 from kraftlake.controller.decisions import Context, Records
 from kraftlake.controller.dispatch import decide
-from kraftlake.controller.shards import Block, ShardState, replay_log, routes, step
+from kraftlake.controller.shards import Block, ShardState, replay_log, routed, step
 from kraftlake.image import partition_changes
 from kraftlake.image.partition_changes import Shaped
 from kraftlake.image.cluster_image import ClusterImage
@@ -49,10 +49,7 @@ def core_replay_chunked(events: Iterable[dict], shards: int, chunk: int = 50_000
     for batch in chunks(events, chunk):
         cpu = time.process_time()
         started = time.perf_counter()
-        per_shard: list[list[dict]] = [[] for _ in range(shards)]
-        for event in batch:
-            for shard in routes(event, shards):
-                per_shard[shard].append(event)
+        per_shard = routed(batch, shards)
         for shard in range(shards):
             step(shard, shards, states[shard], per_shard[shard])
         took = time.perf_counter() - started

@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 
 from kraftlake.cli.runtime import kafka_configs
 from kraftlake.codec.events import json_bytes
-from kraftlake.controller.shards import ShardState, expand, leader_imbalance, merged_responses, routes, step
+from kraftlake.controller.shards import ShardState, expand, leader_imbalance, merged_responses, routed, step
 from kraftlake.image.cluster_image import ClusterImage
 from kraftlake.metadata.tables import table_arrow_schema, table_keys, tables_of
 from kraftlake.sim.cluster import ClusterSimulator, SimulationOptions
@@ -303,10 +303,7 @@ def replay_once(tables: DeltaRsTables, shards: int, config: dict[str, str]) -> t
     for lo in range(-1, end, REPLAY_CHUNK):
         chunk = rows_to_events(read_range(log_table, "offset", lo, min(lo + REPLAY_CHUNK, end)))
         events += len(chunk)
-        per_shard: list[list[dict]] = [[] for _ in range(shards)]
-        for event in chunk:
-            for shard in routes(event, shards):
-                per_shard[shard].append(event)
+        per_shard = routed(chunk, shards)
         # (a failover's records applied on the columns come as Blocks: row by row here)
         outputs = expand([o for shard in range(shards) for o in step(shard, shards, states[shard], per_shard[shard],
                                                                       config)])

@@ -15,7 +15,7 @@ from typing import Mapping
 from kraftlake.metadata import uuids
 from kraftlake.metadata.tables import table_arrow_schema, tables_of
 from kraftlake.image.cluster_image import ClusterImage
-from kraftlake.controller.shards import ShardState, apply_outputs, iter_rows, replay_log, routes, step
+from kraftlake.controller.shards import ShardState, apply_outputs, iter_rows, replay_log, routed, step
 from kraftlake.storage.ingest import ingest_source
 from kraftlake.storage import Warehouse
 from kraftlake.storage.tables import rows_to_events
@@ -162,10 +162,7 @@ def replay_in_batches(events: list[dict], shards: int, config: Mapping[str, str]
     states = [ShardState(ClusterImage()).to_bytes() for _ in range(shards)]
     tables: dict = {}
     for start in range(0, len(events), batch):
-        per_shard: list[list[dict]] = [[] for _ in range(shards)]
-        for event in events[start:start + batch]:
-            for shard in routes(event, shards):
-                per_shard[shard].append(event)
+        per_shard = routed(events[start:start + batch], shards)
         outputs = []
         for shard in range(shards):
             if per_shard[shard]:

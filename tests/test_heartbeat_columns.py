@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kraftlake.controller.heartbeats import FIELDS, HEARTBEAT, Heartbeats
-from kraftlake.controller.shards import Answers, ShardState, apply_outputs, routes, step
+from kraftlake.controller.shards import Answers, ShardState, apply_outputs, routed, step
 from kraftlake.image.cluster_image import ClusterImage
 from kraftlake.storage.tables import answers_to_arrow
 from test_request_fast_path import CONFIG, SHORT_THRESHOLDS, hard_log, rows, soak_log
@@ -32,10 +32,7 @@ def replayed(events: list[dict], shard_count: int, cuts: list[int], as_columns: 
     states = [ShardState(ClusterImage()) for _ in range(shard_count)]
     tables: dict = {}
     for lo, hi in zip([0, *cuts], [*cuts, len(events)]):
-        per_shard: list[list[dict]] = [[] for _ in range(shard_count)]
-        for event in events[lo:hi]:
-            for shard in routes(event, shard_count):
-                per_shard[shard].append(event)
+        per_shard = routed(events[lo:hi], shard_count)
         made = []
         for shard in range(shard_count):
             mine = per_shard[shard]

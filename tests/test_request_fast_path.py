@@ -26,7 +26,7 @@ from kraftlake.controller.cluster_control import (ControllerState, decide_broker
                                                   steady_heartbeat)
 from kraftlake.controller.decisions import Context
 from kraftlake.controller.dispatch import BROKER_REQUESTS, PARTITION_REQUESTS, TOPIC_REQUESTS
-from kraftlake.controller.shards import ShardState, apply_outputs, routes, step
+from kraftlake.controller.shards import ShardState, apply_outputs, routed, step
 from kraftlake.image.cluster_image import ClusterImage
 from kraftlake.metadata.schemas import registry
 from kraftlake.sim.cluster import DEFAULT_MIX, ClusterSimulator, SimulationOptions
@@ -144,10 +144,7 @@ def replayed(events: list[dict], shards: int, cuts: list[int], fast: bool, confi
     states = [ShardState(ClusterImage()) for _ in range(shards)]
     tables: dict = {}
     for lo, hi in zip([0, *cuts], [*cuts, len(events)]):
-        per_shard: list[list[dict]] = [[] for _ in range(shards)]
-        for event in events[lo:hi]:
-            for shard in routes(event, shards):
-                per_shard[shard].append(event)
+        per_shard = routed(events[lo:hi], shards)
         outputs = [o for shard in range(shards)
                    for o in step(shard, shards, states[shard], per_shard[shard], config, fast=fast)]
         apply_outputs(tables, outputs, config)

@@ -15,7 +15,7 @@ import pytest
 
 from kraftlake.codec.events import json_bytes
 from kraftlake.controller.dispatch import BROKER_REQUESTS, PARTITION_REQUESTS, TOPIC_REQUESTS
-from kraftlake.controller.shards import Output, ShardState, expand, merged_responses, routes, step
+from kraftlake.controller.shards import Output, ShardState, expand, merged_responses, routed, step
 from kraftlake.image.cluster_image import ClusterImage
 from kraftlake.metadata.tables import table_arrow_schema
 from kraftlake.spark.controller_query import events_of_frames, merged_answers
@@ -100,10 +100,7 @@ def answers() -> list[list[dict]]:
     """Every shard's answers to a log holding every request type the controller decides (3 shards)."""
     shards = 3
     states = [ShardState(ClusterImage()) for _ in range(shards)]
-    per_shard: list[list[dict]] = [[] for _ in range(shards)]
-    for event in hard_log(5):
-        for shard in routes(event, shards):
-            per_shard[shard].append(event)
+    per_shard = routed(hard_log(5), shards)
     return [[o.row for o in expand(step(shard, shards, states[shard], per_shard[shard], CONFIG)) if o.op == "response"]
             for shard in range(shards)]
 

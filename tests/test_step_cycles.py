@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-from kraftlake.controller.shards import ShardState, routes, step
+from kraftlake.controller.shards import ShardState, routed, step
 from kraftlake.image.cluster_image import ClusterImage
 from test_request_fast_path import CONFIG, hard_log, soak_log
 
@@ -30,10 +30,7 @@ def cyclic_garbage(events: list[dict], shards: int, chunk: int, config: dict, fa
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
         for lo in range(0, len(events), chunk):
-            per_shard: list[list[dict]] = [[] for _ in range(shards)]
-            for event in events[lo:lo + chunk]:
-                for shard in routes(event, shards):
-                    per_shard[shard].append(event)
+            per_shard = routed(events[lo:lo + chunk], shards)
             for shard in range(shards):
                 step(shard, shards, states[shard], per_shard[shard], config, fast=fast)
         gc.collect()

@@ -106,6 +106,15 @@ def routes(event: dict, shards: int) -> Sequence[int]:
     return () if kind in SKIPPED else range(shards)
 
 
+def routed(events: Iterable[dict], shards: int) -> list[list[dict]]:
+    """Each shard's events, in order: what ``routes`` sends it (as the streaming job's shuffle does)."""
+    per_shard: list[list[dict]] = [[] for _ in range(shards)]
+    for event in events:
+        for shard in routes(event, shards):
+            per_shard[shard].append(event)
+    return per_shard
+
+
 class Output(NamedTuple):
     """One row for a warehouse table. ``op``: append (history, rejected), upsert or delete (state).
     A named tuple: a step makes several per request that changes state, and a tuple is made in less
@@ -1334,10 +1343,7 @@ def replay_log(events: Iterable[dict], shards: int, config: Mapping[str, str] | 
                fast: bool = True) -> tuple[dict[str, dict | list], list[ShardState]]:
     """The whole pipeline in-process: route, step every shard, fold the outputs into tables."""
     states = [ShardState(ClusterImage()) for _ in range(shards)]
-    per_shard: list[list[dict]] = [[] for _ in range(shards)]
-    for event in events:
-        for shard in routes(event, shards):
-            per_shard[shard].append(event)
+    per_shard = routed(events, shards)
     tables: dict[str, dict | list] = {}
     outputs: list[Output] = []
     for shard in range(shards):
