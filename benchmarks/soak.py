@@ -27,7 +27,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from datetime import datetime, timezone
@@ -474,11 +473,11 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
                       "equal": actual[name] == expected[name]} for name in expected}
     memory = {}
     lives = sorted({s["life"] for s in samples})
-    for role in ("driver_jvm", "driver_python", "workers"):
+    for name in ("driver_jvm", "driver_python", "workers"):
         # within each controller's life, past its first 20 s (Spark starting, the state store loading)
-        steady = [(s["t"] / 60, s[role] / 1e6) for s in samples if s["t"] - (controller.lives[s["life"] - 1] - began) >= 20]
-        peaks = [max(s[role] for s in samples if s["life"] == life) / 1e6 for life in lives]
-        memory[role] = {"peak_mb_per_life": [round(p) for p in peaks],
+        steady = [(s["t"] / 60, s[name] / 1e6) for s in samples if s["t"] - (controller.lives[s["life"] - 1] - began) >= 20]
+        peaks = [max(s[name] for s in samples if s["life"] == life) / 1e6 for life in lives]
+        memory[name] = {"peak_mb_per_life": [round(p) for p in peaks],
                         "peaks": trend(list(enumerate(peaks)), "mb_per_life"),
                         "within_lives": trend(steady, "mb_per_min"),
                         "max_mb": round(max(peaks, default=0))}

@@ -138,7 +138,7 @@ def test_an_avro_block_that_decompresses_past_its_limit_is_rejected_and_the_next
     assert [(e["position"], e["data"]["Value"]) for e in read] == [(0, "a"), (1, "b"), (3, "a"), (4, "b")]
     (r,) = rejections
     assert (r.position, r.unit, r.error) == (2, "record", "MESSAGE_TOO_LARGE")
-    assert f"Avro block at byte" in r.reason and "limit of 65,536 bytes" in r.reason
+    assert "Avro block at byte" in r.reason and "limit of 65,536 bytes" in r.reason
     assert peak < window + path.stat().st_size + 4 * SMALL.event_bytes + MIB
 
 

@@ -18,7 +18,6 @@ import tempfile
 from pathlib import Path
 
 import fastavro
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

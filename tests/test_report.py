@@ -93,12 +93,12 @@ def _plain_moments(levels: list[tuple[int, int, dict[str, int]]], name: str, lo:
     """The moments a person expects, millisecond by millisecond: where the count leaves zero (the count
     after that millisecond), where it at least doubles to a new high of the same outage, and where it
     returns to zero (with the most of the outage)."""
-    expected, level, high, most, began = [], 0, 0, 0, 0
+    expected, level, high, most = [], 0, 0, 0
     for time in sorted({t for _, t, _ in levels}):
         at = [lv[name] for _, t, lv in levels if t == time]
         before, after, peak = level, at[-1], max(at)
         if before == 0 and peak > 0:
-            high, most, began = after, peak, time
+            high, most = after, peak
             what = f"{after:,} partition(s) {name}" if after else f"{peak:,} partition(s) {name} and back within"
         elif before > 0 and after == 0:
             most = max(most, peak)
