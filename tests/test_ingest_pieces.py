@@ -184,7 +184,8 @@ def test_shipped_bytes_that_no_longer_verify_fail_the_piece(tmp_path):
 def test_a_failed_spark_task_fails_the_ingest_in_one_line_and_commits_nothing(spark, tmp_path, frozen_clock,
                                                                               monkeypatch, capsys):
     """Every attempt of the task fails (its bytes were changed on the way): the job says why in one line,
-    exit 1, and the warehouse holds nothing of the source; ingested again, it lands whole."""
+    exit 1, and the warehouse holds nothing of the source; ingested again, it lands whole (and, progress not
+    turned off, says first that it starts Spark: the seconds that takes are not a stuck ingest)."""
     source = damaged_log(tmp_path / "log" / "__cluster_metadata-0")
     original = pieces.ship
 
@@ -203,8 +204,10 @@ def test_a_failed_spark_task_fails_the_ingest_in_one_line_and_commits_nothing(sp
     tables = DeltaRsTables(str(warehouse))
     assert tables.read_arrow("metadata_log").num_rows == 0 and not tables.exists("rejected")
     monkeypatch.setattr(pieces, "ship", original)
-    assert ingest_job.main(argv) == 0
-    capsys.readouterr()
+    assert ingest_job.main([a for a in argv if a != "--no-progress"]) == 0
+    said = capsys.readouterr().err.splitlines()
+    assert said[0] == "[ingest] starting a Spark session: kraftlake.ingest.decoders=spark", said
+    assert said[1].startswith("[ingest] Spark session ready in ") and "core(s) now)" in said[1], said
     expected = ingested(tmp_path / "plain", source, 1)
     rows = [{k: plain(v) for k, v in r.items()} for r in tables.read_arrow("metadata_log").sort_by("offset").to_pylist()]
     assert rows == expected[1]

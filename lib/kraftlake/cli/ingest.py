@@ -27,6 +27,7 @@ import json
 import signal
 import sys
 import threading
+import time
 from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -38,6 +39,7 @@ from kraftlake.cli.launcher import FAILED, PATH_ERRORS, UserError, error_line
 from kraftlake.cli.runtime import meter, open_tables
 from kraftlake.codec.bounds import Limits
 from kraftlake.metadata.config import Config
+from kraftlake.metadata.progress import NEVER
 from kraftlake.storage import DeltaRsTables
 from kraftlake.storage.follow import Follower, FollowError, print_poll
 from kraftlake.storage.ingest import HistoryConflict, SourceSummary, StrictModeError, ingest
@@ -134,11 +136,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def spark_decoders(config: Config) -> SparkDecoders:
-    """Spark's tasks as the ingest's decoders, in the job's session (``get_spark``: spark-submit's master)."""
+    """Spark's tasks as the ingest's decoders, in the job's session (``get_spark``: spark-submit's master).
+    Starting the session takes seconds before the first record is read: said on stderr (as the controller
+    says its own), so that a small log's ingest does not look stuck."""
     from kraftlake.spark.decoders import SparkDecoders
     from kraftlake.spark.session import get_spark
 
-    return SparkDecoders(get_spark(config, "kraftlake-ingest").sparkContext)
+    say = config.get_str("kraftlake.progress") != NEVER
+    if say:
+        print(f"[ingest] starting a Spark session: {DECODERS}={SPARK}", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    context = get_spark(config, "kraftlake-ingest").sparkContext
+    if say:
+        print(f"[ingest] Spark session ready in {time.monotonic() - started:.1f} s ({context.master}, "
+              f"{context.defaultParallelism} core(s) now)", file=sys.stderr, flush=True)
+    return SparkDecoders(context)
 
 
 def nothing_read(tables: DeltaRsTables, summary: SourceSummary) -> str:
