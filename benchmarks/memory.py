@@ -3,15 +3,27 @@ Spark's Python workers, which are the JVM's children.
 
 Spark's Python workers are forked from one daemon and share much of their memory, so the sum of their
 resident sizes counts the shared pages once per worker; ``proportional=True`` sums the proportional set
-size instead (each shared page split among its sharers), which is what they hold together."""
+size instead (each shared page split among its sharers), which is what they hold together.
+
+A JVM's resident size does not say what grows in it: heap pages touched for the first time, the JIT's code
+cache and metaspace filling, off-heap buffers. Started with ``NATIVE_MEMORY_TRACKING`` (in
+``JAVA_TOOL_OPTIONS``: spark-submit's own driver options stay as they are), it tells them apart:
+``native_memory`` asks it through ``jcmd``."""
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import subprocess
 import threading
 from typing import Callable
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+NATIVE_MEMORY_TRACKING = "-XX:NativeMemoryTracking=summary"  # a few % of the JVM's CPU and memory
+# "-  Java Heap (reserved=1048576KB, committed=142336KB)": a category of jcmd's summary; and its total
+_CATEGORY = re.compile(r"^-\s+(.+?) \(reserved=\d+KB, committed=(\d+)KB", re.MULTILINE)
+_TOTAL = re.compile(r"^Total: reserved=\d+KB, committed=(\d+)KB", re.MULTILINE)
 
 
 def all_processes() -> dict[int, tuple[int, str, int]]:
@@ -51,7 +63,7 @@ def family(root: int, processes: dict[int, tuple[int, str, int]]) -> list[int]:
 def role(pid: int, cmdline: str, is_driver: Callable[[int, str], bool]) -> str | None:
     """What a process of a Spark job is: its JVM, its Python driver, a Spark Python worker (None: anything
     else, e.g. the launcher's shell)."""
-    program = os.path.basename(cmdline.split(" ")[0])
+    program = _program(cmdline)
     if program == "java":
         return "driver_jvm"
     if "python" not in program:
@@ -116,3 +128,51 @@ class PeakMemory:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def jvm_of(root: int) -> int | None:
+    """The JVM among ``root`` and its descendants (spark-submit's driver JVM), if one runs."""
+    processes = all_processes()
+    return next((pid for pid in family(root, processes) if _program(processes[pid][1]) == "java"), None)
+
+
+def _program(cmdline: str) -> str:
+    return os.path.basename(cmdline.split(" ")[0])
+
+
+def _is_java(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return _program(handle.read().split(b"\0")[0].decode(errors="replace")) == "java"
+    except OSError:
+        return False
+
+
+def native_memory(pid: int) -> dict[str, int]:
+    """Bytes JVM ``pid`` has committed by Native Memory Tracking's categories ("Java Heap", "Code",
+    "Metaspace", "Thread", ...; "Total" for all): empty when it was started without ``NATIVE_MEMORY_TRACKING``,
+    is gone, is no JVM, or no ``jcmd`` is found (``$JAVA_HOME/bin``, then the path). Only a JVM is asked: jcmd
+    attaches by sending SIGQUIT, which ends most other processes."""
+    if not _is_java(pid):
+        return {}
+    home = os.environ.get("JAVA_HOME")
+    jcmd = os.path.join(home, "bin", "jcmd") if home and os.path.exists(os.path.join(home, "bin", "jcmd")) \
+        else shutil.which("jcmd")
+    if jcmd is None:
+        return {}
+    try:
+        said = subprocess.run([jcmd, str(pid), "VM.native_memory", "summary"], capture_output=True, text=True,
+                              timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return committed_by_category(said)
+
+
+def committed_by_category(summary: str) -> dict[str, int]:
+    """``jcmd PID VM.native_memory summary``'s committed bytes by category and in total; empty when the text
+    holds none (tracking not enabled, the attach failed)."""
+    total = _TOTAL.search(summary)
+    if total is None:
+        return {}
+    found = {name: int(kb) * 1024 for name, kb in _CATEGORY.findall(summary)}
+    return {**found, "Total": int(total.group(1)) * 1024}

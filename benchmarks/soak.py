@@ -10,7 +10,8 @@ rate and killed with SIGKILL at a fixed interval; then its tables against a one-
   controller starts at once (its lease is taken over at once: the holder on this host is gone). One that
   ends on its own is started again too, and counted as a crash.
 - Every few seconds the resident memory of the controller's processes is sampled, by role: the driver's
-  JVM, the driver's Python, Spark's Python workers (everything else the controller started).
+  JVM, the driver's Python, Spark's Python workers (everything else the controller started); with
+  ``--soak-native-memory``, every minute the JVM's committed memory by category too (``jcmd``).
 - When the feeding time is up, the last controller is left to catch up with the log, then stopped.
 - Check: the pure core replays the whole log once (in chunks, its state carried in memory); every table
   the controller writes must hold the same rows (compared as multisets of row hashes, plus the count).
@@ -48,13 +49,14 @@ from kraftlake.storage.deltars import dataset, read_range
 from kraftlake.storage.tables import controller_log_schema, controller_log_to_arrow, rows_to_arrow, rows_to_events
 
 from benchmarks.cluster import launcher_free_environ
-from benchmarks.memory import all_processes, family, role, roles_of
+from benchmarks.memory import NATIVE_MEMORY_TRACKING, all_processes, family, jvm_of, native_memory, role, roles_of
 from benchmarks.stats import least_squares, log, percentile
 
 REPO = Path(__file__).resolve().parent.parent
 STATE_TABLES = tables_of("controller", "state")
 APPEND_TABLES = tables_of("controller", "append")
 SAMPLE_EVERY_S = 5.0
+NATIVE_EVERY_S = 60.0  # --soak-native-memory: the JVM's memory by category, through jcmd, this often
 CONTROLLER_JOB = "jobs/controller.py"
 REPLAY_CHUNK = 100_000  # log rows the core replays at a time
 
@@ -82,8 +84,10 @@ class Controller:
     takeover for the cores. Every process writes into ``log_path``, after a line saying what started, and
     each kill is marked there too (``restart_times`` reads them)."""
 
-    def __init__(self, command: list[str], log_path: Path, standby_checkpoint: Path | None = None):
+    def __init__(self, command: list[str], log_path: Path, standby_checkpoint: Path | None = None,
+                 java_options: str = ""):
         self.command, self.log_path, self.checkpoint = command, log_path, standby_checkpoint
+        self.java_options = java_options  # added to JAVA_TOOL_OPTIONS: spark-submit.sh keeps its own driver options
         self.standby_command = [*command, "--standby"] if standby_checkpoint is not None else None
         self.process: subprocess.Popen | None = None
         self.standby: subprocess.Popen | None = None
@@ -106,6 +110,8 @@ class Controller:
         # as from a fresh shell: nothing of the spark-submit that started this process, or the controller would
         # join that JVM
         env = launcher_free_environ()
+        if self.java_options:
+            env["JAVA_TOOL_OPTIONS"] = " ".join(filter(None, (env.get("JAVA_TOOL_OPTIONS"), self.java_options)))
         self._mark(what, len(self.starts) + 1)
         with self.log_path.open("a") as out:
             process = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -358,6 +364,19 @@ def trend(points: list[tuple[float, float]], unit: str) -> dict:
     return {f"slope_{unit}": value, f"noise_band_{unit}": band, "grows": value - band > 0}
 
 
+def native_trends(samples: list[dict]) -> dict[str, dict]:
+    """The JVM's committed memory by Native Memory Tracking's category (``jvm_native`` of the samples that
+    have it): first and last MB and the trend, so that what its resident size's slope is made of shows (heap
+    committed, the JIT's code cache, metaspace, threads, off-heap); categories under 1 MB throughout are left
+    out."""
+    names = sorted({name for s in samples for name, size in s["jvm_native"].items() if size >= 1e6})
+    return {name: {"first_mb": round(samples[0]["jvm_native"].get(name, 0) / 1e6, 1),
+                   "last_mb": round(samples[-1]["jvm_native"].get(name, 0) / 1e6, 1),
+                   "within_lives": trend([(s["t"] / 60, s["jvm_native"].get(name, 0) / 1e6) for s in samples],
+                                         "mb_per_min")}
+            for name in names}
+
+
 def measure_soak(config: Any, work: Path, args: Any) -> dict:
     rate, seconds, kill_every = args.soak_rate, int(args.soak_minutes * 60), args.soak_kill_every
     root = work / "soak-warehouse"
@@ -370,7 +389,8 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
     command = [str(REPO / "spark-submit.sh"), "--driver-memory", args.soak_driver_memory,
                str(REPO / "jobs" / "controller.py"), "--warehouse", str(root), "--shards", str(args.shards),
                *sum((["--override", o] for o in overrides), [])]
-    controller = Controller(command, work / "soak-controller.log", checkpoint if args.soak_standby else None)
+    controller = Controller(command, work / "soak-controller.log", checkpoint if args.soak_standby else None,
+                            NATIVE_MEMORY_TRACKING if args.soak_native_memory else "")
     samples: list[dict] = []
     lag: list[tuple[float, int]] = []
     written_box: list[Written] = []
@@ -387,6 +407,7 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
     def watch() -> None:
         """Samples memory (and the lag) every few seconds; kills and restarts the controller on schedule."""
         next_kill = began + kill_every if kill_every else None
+        next_native = began if args.soak_native_memory else None
         while not stop.wait(SAMPLE_EVERY_S):
             now = time.monotonic()
             with controller.lock:
@@ -403,6 +424,10 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
             if process is not None and process.poll() is None:
                 samples.append({"t": round(now - began, 1), "life": len(controller.lives),
                                 **memory_by_role(process.pid)})
+                if next_native is not None and now >= next_native:  # (jcmd: a JVM's start, so not every sample)
+                    jvm = jvm_of(process.pid)
+                    samples[-1]["jvm_native"] = {} if jvm is None else native_memory(jvm)
+                    next_native = now + NATIVE_EVERY_S
             end = written_box[-1].last_offset if written_box else None
             if end is not None:
                 lag.append((round(now - began, 1), end - committed_offset(checkpoint)))
@@ -473,14 +498,16 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
                       "equal": actual[name] == expected[name]} for name in expected}
     memory = {}
     lives = sorted({s["life"] for s in samples})
+    # within each controller's life, past its first 20 s (Spark starting, the state store loading)
+    steady = [s for s in samples if s["t"] - (controller.lives[s["life"] - 1] - began) >= 20]
     for name in ("driver_jvm", "driver_python", "workers"):
-        # within each controller's life, past its first 20 s (Spark starting, the state store loading)
-        steady = [(s["t"] / 60, s[name] / 1e6) for s in samples if s["t"] - (controller.lives[s["life"] - 1] - began) >= 20]
         peaks = [max(s[name] for s in samples if s["life"] == life) / 1e6 for life in lives]
         memory[name] = {"peak_mb_per_life": [round(p) for p in peaks],
                         "peaks": trend(list(enumerate(peaks)), "mb_per_life"),
-                        "within_lives": trend(steady, "mb_per_min"),
+                        "within_lives": trend([(s["t"] / 60, s[name] / 1e6) for s in steady], "mb_per_min"),
                         "max_mb": round(max(peaks, default=0))}
+    if args.soak_native_memory:
+        memory["driver_jvm_native"] = native_trends([s for s in steady if s.get("jvm_native")])
     report = {
         "minutes": args.soak_minutes, "rate_events_per_s": rate, "kill_every_s": kill_every,
         "shards": args.shards, "cluster": {"brokers": options.brokers, "topics": options.topics,
@@ -502,9 +529,9 @@ def measure_soak(config: Any, work: Path, args: Any) -> dict:
     }
     log(f"soak: {events:,} events, {report['kills']} kills, tables equal to one replay: "
         f"{report['tables_equal_one_shot_replay']} ({report['rows_compared']:,} rows), memory "
-        + ", ".join(f"{role} peak {m['max_mb']} MB ({m['within_lives']['slope_mb_per_min']} "
+        + ", ".join(f"{name} peak {m['max_mb']} MB ({m['within_lives']['slope_mb_per_min']} "
                     f"± {m['within_lives']['noise_band_mb_per_min']} MB/min)"
-                    for role, m in memory.items()))
+                    for name, m in memory.items() if "max_mb" in m))
     return report
 
 

@@ -257,6 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--soak-batch", type=int, default=50_000,
                         help="the soaked controller's kraftlake.controller.max.records.per.batch")
     parser.add_argument("--soak-driver-memory", default="2g", help="the soaked controller's --driver-memory")
+    parser.add_argument("--soak-native-memory", action="store_true",
+                        help="start the controller's JVM with native memory tracking (-XX:NativeMemoryTracking="
+                             "summary, in JAVA_TOOL_OPTIONS) and report its committed memory by category every "
+                             "minute (jcmd): what the JVM's resident size grows by")
     parser.add_argument("--soak-standby", action="store_true",
                         help="keep a standby controller (jobs/controller.py --standby) beside the soaked one: a kill "
                              "leaves it to take over, and restart_s is timed from each kill")

@@ -15,9 +15,9 @@ import pytest
 
 from benchmarks import stats, suite
 from benchmarks.core import core_replay_chunked, simulated_requests
-from benchmarks.memory import job_root, roles_of
+from benchmarks.memory import NATIVE_MEMORY_TRACKING, job_root, jvm_of, native_memory, roles_of
 from benchmarks.scale_out import split_of
-from benchmarks.soak import restart_times, trend
+from benchmarks.soak import native_trends, restart_times, trend
 from kraftlake.sim.cluster import SimulationOptions
 
 
@@ -100,6 +100,20 @@ def test_a_memory_trend_is_growth_only_beyond_its_noise_band():
                                                      "grows": None}
 
 
+def test_the_jvm_s_native_memory_trends_by_category():
+    """Worked by hand: the code cache grows 1 MB a minute, the heap stays; a category that appears only
+    later (jcmd leaves out those under 1 KB) counts as 0 before; one under 1 MB throughout is left out."""
+    samples = [{"t": 60.0 * m, "jvm_native": {"Java Heap": 700_000_000, "Code": 40_000_000 + 1_000_000 * m,
+                                              "Tracing": 32_768, **({"Arena Chunk": 2_000_000} if m == 3 else {})}}
+               for m in range(4)]
+    trends = native_trends(samples)
+    assert sorted(trends) == ["Arena Chunk", "Code", "Java Heap"]
+    assert trends["Code"] == {"first_mb": 40.0, "last_mb": 43.0, "within_lives": {
+        "slope_mb_per_min": 1.0, "noise_band_mb_per_min": 0.0, "grows": True}}
+    assert trends["Java Heap"]["within_lives"]["grows"] is False and trends["Java Heap"]["last_mb"] == 700.0
+    assert (trends["Arena Chunk"]["first_mb"], trends["Arena Chunk"]["last_mb"]) == (0.0, 2.0)
+
+
 def test_restart_times_from_the_soak_s_start_lines_and_the_checkpoint_s_commit_files(tmp_path):
     """Each start after the first is timed to the first commit written before the next start; a start
     killed before it committed anything is counted, not timed."""
@@ -166,6 +180,34 @@ def test_memory_roles_of_a_driver_that_spark_submit_started(tmp_path):
         for pid in (driver, worker):
             os.kill(pid, 9)
         parent.wait(30)
+
+
+def test_a_jvm_s_native_memory_by_category_adds_up_to_its_total(tmp_path):
+    """A real JVM started with native memory tracking (as the soak starts its controller with
+    --soak-native-memory): its categories, read through jcmd, add up to jcmd's own total; one started without
+    it gives nothing, and a process that is no JVM is not asked (jcmd's SIGQUIT would end it)."""
+    (tmp_path / "Sleep.java").write_text("class Sleep { public static void main(String[] a) throws Exception "
+                                         "{ System.out.println(\"up\"); Thread.sleep(120000); } }\n")
+    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else "java"
+    started = []
+    try:
+        for options in ([NATIVE_MEMORY_TRACKING], []):
+            process = subprocess.Popen([java, *options, "Sleep.java"], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+            started.append(process)
+            assert process.stdout.readline() == "up\n"
+        tracked, untracked = started
+        assert jvm_of(os.getpid()) in (tracked.pid, untracked.pid) and jvm_of(tracked.pid) == tracked.pid
+        committed = native_memory(tracked.pid)
+        total = committed.pop("Total")
+        assert {"Java Heap", "Class", "Code", "Thread", "GC"} <= committed.keys()
+        assert all(size >= 0 for size in committed.values()) and committed["Java Heap"] > 0
+        # each category is rounded to a KB by jcmd: their sum is its total within a KB per category
+        assert abs(sum(committed.values()) - total) <= 1024 * len(committed)
+        assert native_memory(untracked.pid) == {} and native_memory(os.getpid()) == {}
+    finally:
+        for process in started:
+            process.kill()
+            process.wait(30)
 
 
 @pytest.mark.slow
