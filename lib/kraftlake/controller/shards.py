@@ -75,6 +75,8 @@ LEADER_COUNTS = "leader_counts"
 _FAST = object()  # ``latest_partitions``: the partition's state is in the columns, not an object
 _OFFSET = operator.itemgetter("offset")
 _TYPE = operator.itemgetter("type")
+# ``tuple.__new__``: what a NamedTuple's constructor calls, through a Python function, for rows and places made
+# per record or answer
 _tuple_new = tuple.__new__
 
 
@@ -565,9 +567,8 @@ class _Step:
                      history_row(topic, event, history_cause, before, after, why))
         self.anomalies.lead(before, after)
         cause_type = history_cause if decided or why.offset is None else self.cause_type(why.kind, why.offset)
-        self.anomalies.partition_change(
-            Place(cause["offset"], event["timestamp"], topic, current.topic_id, current.partition_id), before,
-            after, why, cause_type, self.min_isr(topic))
+        place = _tuple_new(Place, (cause["offset"], event["timestamp"], topic, current.topic_id, current.partition_id))
+        self.anomalies.partition_change(place, before, after, why, cause_type, self.min_isr(topic))
         self.latest_partitions[(current.topic_id, current.partition_id)] = (cause["offset"], topic, after)
 
     def decided_change(self, request: dict, event: dict, batch: Batch | None, place: int) -> bool:
