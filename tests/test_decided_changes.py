@@ -17,7 +17,7 @@ from collections import Counter
 
 import pytest
 
-from test_request_fast_path import CONFIG, _alter_partition_at, _versions, hard_log, replayed, rows
+from test_request_fast_path import CONFIG, _alter_partition_at, _versions, hard_log, replayed, replayed_alike
 
 from kraftlake.codec.events import validate_event
 from kraftlake.controller import shards
@@ -132,16 +132,6 @@ def taken(monkeypatch) -> Counter:
     return counts
 
 
-def _assert_equal(events: list[dict], shards_: int, cuts: list[int], config: dict) -> dict:
-    plain, plain_states = replayed(events, shards_, cuts, fast=False, config=config)
-    fast, fast_states = replayed(events, shards_, cuts, fast=True, config=config)
-    assert sorted(fast) == sorted(plain)
-    for name in plain:
-        assert rows(fast[name]) == rows(plain[name]), name
-    assert fast_states == plain_states
-    return plain
-
-
 def _alter_errors(table: list[dict]) -> Counter:
     return Counter(error_name(p["ErrorCode"]) for r in table if r["request_type"] == "AlterPartitionRequest"
                    for t in r["data"]["Topics"] for p in t["Partitions"])
@@ -164,7 +154,7 @@ def test_decided_changes_are_recorded_as_record_by_record(logs, taken, name, sha
     events, config = logs[name]
     rng = random.Random(f"{name}-{shards_}")
     cuts = sorted(rng.sample(range(1, len(events)), rng.randrange(0, 12)))
-    _assert_equal(events, shards_, cuts, config)
+    replayed_alike(events, shards_, cuts, config)
     assert taken["took"] > 100, taken
 
 
@@ -173,7 +163,7 @@ def test_every_micro_batch_of_one_event(logs, taken, name):
     """A decision's records are recorded alike however the log is cut (one event per step here)."""
     events, config = logs[name]
     events = events[:900]
-    _assert_equal(events, 3, list(range(1, len(events))), config)
+    replayed_alike(events, 3, list(range(1, len(events))), config)
     assert taken["took"] > 0
 
 
@@ -181,7 +171,7 @@ def test_every_micro_batch_of_one_event(logs, taken, name):
 def test_the_soak_mix_in_four_shards(logs, taken, chunk):
     """The workload it is for: four shards, the Kafka defaults, micro-batches as the bench cuts them."""
     events, config = logs["soak-17"]
-    _assert_equal(events, 4, list(range(chunk, len(events), chunk)), config)
+    replayed_alike(events, 4, list(range(chunk, len(events), chunk)), config)
     assert taken["took"] > 1000 and taken["refused"] > 0, taken  # (refused: inside the transactions)
 
 
