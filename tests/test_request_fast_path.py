@@ -151,6 +151,18 @@ def replayed(events: list[dict], shards: int, cuts: list[int], fast: bool, confi
     return tables, [s.to_bytes() for s in states]
 
 
+def replayed_alike(events: list[dict], shards: int, cuts: list[int], config: dict = CONFIG) -> dict:
+    """The plain path's tables, once the fast path's are found to hold the same rows and its shards' states to
+    serialise to the same bytes."""
+    plain, plain_states = replayed(events, shards, cuts, fast=False, config=config)
+    fast, fast_states = replayed(events, shards, cuts, fast=True, config=config)
+    assert sorted(fast) == sorted(plain)
+    for name in plain:
+        assert rows(fast[name]) == rows(plain[name]), name
+    assert fast_states == plain_states
+    return plain
+
+
 def rows(table: dict | list) -> list[str]:
     """A table's rows as a sorted list (appended rows of several shards at one offset come in no set order)."""
     return sorted(json.dumps(r, sort_keys=True, default=repr) for r in (table.values() if isinstance(table, dict)
@@ -176,12 +188,7 @@ def test_fast_path_decides_as_the_plain_path(logs, seed, shards):
     events = logs[seed]
     rng = random.Random(seed * 10 + shards)
     cuts = sorted(rng.sample(range(1, len(events)), rng.randrange(0, 12)))
-    plain_tables, plain_states = replayed(events, shards, cuts, fast=False)
-    fast_tables, fast_states = replayed(events, shards, cuts, fast=True)
-    assert sorted(fast_tables) == sorted(plain_tables)
-    for name in plain_tables:
-        assert rows(fast_tables[name]) == rows(plain_tables[name]), name
-    assert fast_states == plain_states
+    plain_tables = replayed_alike(events, shards, cuts)
     # the log made the controller work: sessions expired, brokers were fenced by it, records were written
     assert len(plain_tables["responses"]) == sum(1 for e in events if registry()[e["type"]].kind == "request")
     causes = {r["cause"] for r in plain_tables["broker_history"]}
@@ -256,12 +263,7 @@ def test_calm_runs_decide_as_the_plain_path_when_thresholds_fall_due_between_hea
     thresholds they fall due between heartbeats, and the anomalies they open must be the plain path's."""
     events = logs[5]
     at = sorted(random.Random(cuts).sample(range(1, len(events)), cuts))
-    plain, plain_states = replayed(events, shards_, at, fast=False, config=SHORT_THRESHOLDS)
-    fast, fast_states = replayed(events, shards_, at, fast=True, config=SHORT_THRESHOLDS)
-    assert sorted(fast) == sorted(plain)
-    for name in plain:
-        assert rows(fast[name]) == rows(plain[name]), name
-    assert fast_states == plain_states
+    plain = replayed_alike(events, shards_, at, SHORT_THRESHOLDS)
     kinds = {r["kind"] for r in plain["anomalies"].values()}
     assert {"stuck_reassignment", "broker_flapping"} <= kinds, kinds
 
@@ -307,12 +309,7 @@ def test_the_soak_mix_in_four_shards_decides_as_the_plain_path(chunk):
     four shards, micro-batches of ``chunk`` requests, the Kafka defaults."""
     events = soak_log(5000, 11)
     cuts = list(range(chunk, len(events), chunk))
-    plain, plain_states = replayed(events, 4, cuts, fast=False, config={})
-    fast, fast_states = replayed(events, 4, cuts, fast=True, config={})
-    assert sorted(fast) == sorted(plain)
-    for name in plain:
-        assert rows(fast[name]) == rows(plain[name]), name
-    assert fast_states == plain_states
+    plain = replayed_alike(events, 4, cuts, {})
     assert len(plain["responses"]) == len(events)
 
 

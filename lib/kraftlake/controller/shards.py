@@ -38,7 +38,7 @@ from kraftlake.image.causes import Batch, Cause, Marks
 from kraftlake.image.cluster_image import (NO_LEADER, BrokerRegistration, ClusterImage, PartitionRegistration,
                                            normalize_uuid)
 from kraftlake.image.partition_changes import Shaped
-from kraftlake.image.partitions import registration
+from kraftlake.image.partitions import merge, registration
 from kraftlake.image.partition_store import PartitionStore
 from kraftlake.image.replay import replay
 from kraftlake.metadata.collector import collector_paused
@@ -75,6 +75,8 @@ LEADER_COUNTS = "leader_counts"
 _FAST = object()  # ``latest_partitions``: the partition's state is in the columns, not an object
 _OFFSET = operator.itemgetter("offset")
 _TYPE = operator.itemgetter("type")
+# ``tuple.__new__``: what a NamedTuple's constructor calls, through a Python function, for rows and places made
+# per record or answer
 _tuple_new = tuple.__new__
 
 
@@ -532,7 +534,6 @@ class _Step:
             self.unordered = True
         if kind == "EndTransactionRecord":  # a transaction is one batch, whatever batches carried it
             batch = Batch.of((e["offset"], e["offset"], e) for e in held)
-        history_cause = cause["type"]  # a decision's records are the request's changes
         for before, after in result.partition_changes:
             current = after if after is not None else before
             if kind == "SnapshotFooterRecord":
@@ -540,16 +541,7 @@ class _Step:
             else:
                 why = causes.partition_cause(batch, current.last_offset if kind in MARKERS else place, before, after,
                                              cause["offset"] if decided else None)
-            topic = self.names.get(current.topic_id, "")
-            out.add("partition_history", "append", cause["offset"],
-                    history_row(topic, event, history_cause, before, after, why))
-            self.anomalies.lead(before, after)
-            cause_type = history_cause if decided or why.offset is None else \
-                self.cause_type(why.kind, why.offset)
-            self.anomalies.partition_change(
-                Place(cause["offset"], event["timestamp"], topic, current.topic_id, current.partition_id), before,
-                after, why, cause_type, self.min_isr(topic))
-            self.latest_partitions[(current.topic_id, current.partition_id)] = (cause["offset"], topic, after)
+            self.partition_changed(event, cause, before, after, why)
         if result.rejected is None and (kind == "ConfigRecord" or kind in MARKERS) and any(
                 e["type"] == "ConfigRecord" and e["data"]["Name"] == MIN_ISR
                 for e in (held if kind in MARKERS else [event])):
@@ -561,6 +553,46 @@ class _Step:
             if kind in FEATURE_EVENTS and result.rejected is None and not result.deferred:
                 for row in settings.rows(event, held if kind in MARKERS else [event]):
                     out.add("features", "append", cause["offset"], row)
+
+    def partition_changed(self, event: dict, cause: dict, before: PartitionRegistration | None,
+                          after: PartitionRegistration | None, why: Cause) -> None:
+        """One partition's change that ``event`` made (for ``cause``: itself, or the request that decided it),
+        ``why`` as ``causes.partition_cause`` found it: its partition_history row, the leadership counts, the
+        anomaly rules and the partition's latest state."""
+        current = after if after is not None else before
+        decided = cause is not event
+        history_cause = cause["type"]  # a decision's records are the request's changes
+        topic = self.names.get(current.topic_id, "")
+        self.out.add("partition_history", "append", cause["offset"],
+                     history_row(topic, event, history_cause, before, after, why))
+        self.anomalies.lead(before, after)
+        cause_type = history_cause if decided or why.offset is None else self.cause_type(why.kind, why.offset)
+        place = _tuple_new(Place, (cause["offset"], event["timestamp"], topic, current.topic_id, current.partition_id))
+        self.anomalies.partition_change(place, before, after, why, cause_type, self.min_isr(topic))
+        self.latest_partitions[(current.topic_id, current.partition_id)] = (cause["offset"], topic, after)
+
+    def decided_change(self, request: dict, event: dict, batch: Batch | None, place: int) -> bool:
+        """A PartitionChangeRecord ``request``'s decision made (``event``: as written to the log), replayed and
+        recorded as ``apply`` would, straight from ``partitions.merge`` (the fast path; ``fast=False``: ``apply``).
+        AlterPartitions are a third of a heavy step's CPU, each one or two such records, and ``replay``'s
+        dispatch, its result and ``apply``'s tests for other kinds of record are work these do not need
+        (docs/performance.md). False, with nothing changed, when the record needs ``apply``: inside a
+        transaction (held back), or rejected (an unknown partition, a merge refused)."""
+        image = self.image
+        if image.pending_kind is not None:
+            return False
+        data = event["data"]
+        topic = image.topics.get(normalize_uuid(data["TopicId"]))
+        before = None if topic is None else topic.partitions.get(data["PartitionId"])
+        if before is None:
+            return False
+        after = merge(before, data, event["offset"], event["timestamp"])
+        if isinstance(after, str):
+            return False
+        topic.partitions[before.partition_id] = after
+        self.partition_changed(event, request, before, after,
+                               causes.partition_cause(batch, place, before, after, request["offset"]))
+        return True
 
     def min_isr(self, topic: str) -> int:
         value = self.min_isrs.get(topic)
@@ -994,7 +1026,9 @@ class _Step:
         shard = self.shard
         logged = topic_id is not None or shard == 0
         event = {**record, **_written_by(request)}
-        self.apply(event, request, logged, batch, place)
+        if not (self.fast and record["type"] == "PartitionChangeRecord"
+                and self.decided_change(request, event, batch, place)):
+            self.apply(event, request, logged, batch, place)
         if logged:
             # seq: the record's place among the request's records on this shard, whatever the batch
             self.out.add("controller_log", "append", request["offset"], {**event, "shard": shard, "seq": self.logged})

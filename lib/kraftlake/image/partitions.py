@@ -13,6 +13,7 @@ from kraftlake.image.cluster_image import (CONFIG_TOPIC, DIR_MIGRATING, DIR_UNAS
 
 _LEADER_RECOVERY_STATES = (0, 1)  # RECOVERED, RECOVERING
 LRS_NO_CHANGE = -1
+_tuple_new = tuple.__new__
 
 
 def _ints(values: list[int] | None) -> tuple[int, ...]:
@@ -132,9 +133,10 @@ def merge(before: PartitionRegistration, data: dict, offset: int, timestamp: int
     else:
         leader_epoch = before.leader_epoch + 1
 
-    # Positional, in field order, lists read in the order of the fields (as before): this runs once per
-    # partition of a failover.
-    return PartitionRegistration(
+    # In field order, lists read in the order of the fields (as before), through ``tuple.__new__``, which
+    # ``PartitionRegistration(...)`` calls by way of a Python function: this runs once per partition of a
+    # failover, and twice per record of an AlterPartition (its decision, its replay).
+    return _tuple_new(PartitionRegistration, (
         before.topic_id,
         before.partition_id,
         replicas,
@@ -150,4 +152,4 @@ def merge(before: PartitionRegistration, data: dict, offset: int, timestamp: int
         directories,
         offset,
         timestamp,
-    )
+    ))

@@ -137,13 +137,19 @@ class StructSpec:
         """A fresh dict of every field's default (callers fill it in): immutable defaults are computed
         once, lists and nested structs made anew, as this runs for every record the core builds."""
         out = dict(self._scalar_defaults)
-        for f in self._fresh_defaults:
-            out[f.name] = [] if f.is_array else f.struct.defaults()  # type: ignore[union-attr]
+        for name, struct in self._fresh:
+            out[name] = [] if struct is None else struct.defaults()
         return out
 
     @cached_property
     def _fresh_defaults(self) -> tuple[FieldSpec, ...]:
         return tuple(f for f in self.fields if f.kafka_default != "null" and (f.is_array or f.struct is not None))
+
+    @cached_property
+    def _fresh(self) -> tuple[tuple[str, StructSpec | None], ...]:
+        """(name, struct) of ``_fresh_defaults``, None for a list: read once, not through ``is_array`` per call
+        (an AlterPartition's answer makes one per partition)."""
+        return tuple((f.name, None if f.is_array else f.struct) for f in self._fresh_defaults)
 
     @cached_property
     def _scalar_defaults(self) -> dict[str, Any]:
