@@ -90,7 +90,10 @@ def roles_of(root: int, is_driver: Callable[[int, str], bool], proportional: boo
     processes = all_processes()
     roles = {"driver_python": 0, "driver_jvm": 0, "workers": 0}
     for pid in family(root, processes):
-        kind = role(pid, processes[pid][1], is_driver)
+        ppid, cmdline, _ = processes[pid]
+        if _program(cmdline) == "java" and processes.get(ppid, (0, "", 0))[1] == cmdline:
+            continue  # the JVM forking a Python worker, seen before its exec: the JVM's own pages once more
+        kind = role(pid, cmdline, is_driver)
         if kind is not None:
             roles[kind] += proportional_size(pid) if proportional else processes[pid][2]
     return roles

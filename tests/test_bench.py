@@ -15,7 +15,8 @@ import pytest
 
 from benchmarks import stats, suite
 from benchmarks.core import core_replay_chunked, simulated_requests
-from benchmarks.memory import NATIVE_MEMORY_TRACKING, job_root, jvm_of, native_memory, roles_of
+from benchmarks.memory import (NATIVE_MEMORY_TRACKING, all_processes, family, job_root, jvm_of, native_memory,
+                               roles_of)
 from benchmarks.scale_out import split_of
 from benchmarks.soak import native_trends, restart_times, trend
 from kraftlake.sim.cluster import SimulationOptions
@@ -156,28 +157,33 @@ def test_takeover_times_from_the_soak_s_kill_lines(tmp_path):
 
 def test_memory_roles_of_a_driver_that_spark_submit_started(tmp_path):
     # spark-submit's JVM starts the Python driver and the Python workers: a "java" parent with two
-    # Python children stands for it, the first the driver.
+    # Python children stands for it, the first the driver; and a fork of it that has not exec'd (as the
+    # JVM is for a moment when it starts a worker), which holds the JVM's pages, not more of them.
     java = tmp_path / "java"
     java.symlink_to(sys.executable)
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
-    parent = subprocess.Popen([str(java), "-c", f"import subprocess; ps = [subprocess.Popen({sleeper!r}) "
-                               "for _ in range(2)]; print(*(p.pid for p in ps), flush=True); ps[0].wait()"],
+    parent = subprocess.Popen([str(java), "-c", f"import os, subprocess, time; ps = [subprocess.Popen({sleeper!r}) "
+                               "for _ in range(2)]; fork = os.fork(); fork or time.sleep(60); "
+                               "print(*(p.pid for p in ps), fork, flush=True); ps[0].wait()"],
                               stdout=subprocess.PIPE, text=True)
     try:
-        driver, worker = map(int, parent.stdout.readline().split())
+        driver, worker, fork = map(int, parent.stdout.readline().split())
+        assert fork in family(parent.pid, all_processes())
         deadline = time.monotonic() + 30
         while job_root(worker) != parent.pid and time.monotonic() < deadline:
             time.sleep(0.05)
         assert job_root(driver) == parent.pid and job_root(os.getpid()) == os.getpid()
         roles = roles_of(parent.pid, lambda pid, _: pid == driver)
         assert all(roles[name] > 0 for name in ("driver_python", "driver_jvm", "workers"))
+        jvm = all_processes()[parent.pid][2]
+        assert roles["driver_jvm"] < 1.5 * jvm, "the fork's resident size was counted too"
         alone = roles_of(driver, lambda pid, _: pid == driver)
         # a live process's resident size moves by a page between two samples: only its own role is counted
         assert alone["driver_python"] > 0 and alone["driver_jvm"] == alone["workers"] == 0
         shared = roles_of(parent.pid, lambda pid, _: pid == driver, proportional=True)
         assert 0 < shared["workers"] <= roles["workers"] and shared["driver_jvm"] > 0
     finally:
-        for pid in (driver, worker):
+        for pid in (driver, worker, fork):
             os.kill(pid, 9)
         parent.wait(30)
 
