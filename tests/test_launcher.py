@@ -174,6 +174,10 @@ MISTAKES = [
      "ingest: {repo}/README.md: nothing could be read: INVALID_RECORD: not a Kafka log segment, snapshot, partition "
      "directory, JSON lines or Avro file; the rejection is in {w}/rejected"),
     ("ingest --warehouse {w} no-such-log", USAGE, "ingest: no-such-log: no such file or directory"),
+    # said before the Spark session the setting asks for is started, and before the first source is read
+    ("ingest --warehouse {w} --override kraftlake.ingest.decoders=spark no-such-log", USAGE,
+     "ingest: no-such-log: no such file or directory"),
+    ("ingest --warehouse {w} README.md no-such-log", USAGE, "ingest: no-such-log: no such file or directory"),
     ("ingest --warehouse {w} --follow no-such-dir", USAGE, "ingest: --follow no-such-dir: not a directory"),
     ("ingest --warehouse {w} --override kraftlake.ingest.batch.records=many README.md", USAGE,
      "ingest: kraftlake.ingest.batch.records='many' (from --override): expected an integer"),

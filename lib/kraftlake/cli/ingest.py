@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         for warning in summary.warnings(tables.root):
             print(f"ingest: warning: {warning}", file=sys.stderr)
 
+    missing = next((source for source in args.sources if not Path(source).exists()), None)
+    if missing is not None:  # a mistyped path is said before any source is read or a Spark session started
+        raise UserError(f"{missing}: no such file or directory")
     try:
         with spark_decoders(config) if config.get_str(DECODERS, choices=(LOCAL, SPARK)) == SPARK \
                 else nullcontext() as decoders:
