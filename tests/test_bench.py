@@ -202,7 +202,10 @@ def test_a_jvm_s_native_memory_by_category_adds_up_to_its_total(tmp_path):
             started.append(process)
             assert process.stdout.readline() == "up\n"
         tracked, untracked = started
-        assert jvm_of(os.getpid()) in (tracked.pid, untracked.pid) and jvm_of(tracked.pid) == tracked.pid
+        assert jvm_of(tracked.pid) == tracked.pid
+        sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        started.append(sleeper)
+        assert jvm_of(sleeper.pid) is None
         committed = native_memory(tracked.pid)
         total = committed.pop("Total")
         assert {"Java Heap", "Class", "Code", "Thread", "GC"} <= committed.keys()
