@@ -42,7 +42,7 @@ from kraftlake.metadata.config import Config
 from kraftlake.metadata.progress import NEVER
 from kraftlake.storage import DeltaRsTables
 from kraftlake.storage.follow import Follower, FollowError, print_poll
-from kraftlake.storage.ingest import HistoryConflict, SourceSummary, StrictModeError, ingest
+from kraftlake.storage.ingest import HistoryConflict, SourceSummary, StrictModeError, ingest, sources_exist
 from kraftlake.storage.pieces import DecodeFailure
 
 if TYPE_CHECKING:
@@ -99,10 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         for warning in summary.warnings(tables.root):
             print(f"ingest: warning: {warning}", file=sys.stderr)
 
-    missing = next((source for source in args.sources if not Path(source).exists()), None)
-    if missing is not None:  # a mistyped path is said before any source is read or a Spark session started
-        raise UserError(f"{missing}: no such file or directory")
     try:
+        sources_exist(args.sources)  # (``ingest`` asks too: here, before a Spark session is started for nothing)
         with spark_decoders(config) if config.get_str(DECODERS, choices=(LOCAL, SPARK)) == SPARK \
                 else nullcontext() as decoders:
             summaries = ingest(tables, args.sources, strict=config.get_bool("kraftlake.strict"),

@@ -795,8 +795,7 @@ def _ingest_source(tables: Tables, source: str, strict: bool, full_history: bool
     path = Path(source).resolve()
     started = time.monotonic()
     now_ms = int(time.time() * 1000)  # one instant for the whole source: its events are placed as of it
-    if not path.exists():
-        raise FileNotFoundError(f"{source}: no such file or directory")
+    sources_exist([source])
     if not path.is_dir() and not path.is_file():
         raise NotRegularFile(f"{source}: not a regular file or a directory (reading a FIFO or a device waits "
                              "for a writer)")
@@ -887,6 +886,14 @@ def _ingest_source(tables: Tables, source: str, strict: bool, full_history: bool
     return summary
 
 
+def sources_exist(sources: Iterable[str]) -> None:
+    """FileNotFoundError for the first source that does not exist: asked of every source before any is read,
+    so that a mistyped path is said before the sources given before it are committed."""
+    for source in sources:
+        if not Path(source).exists():
+            raise FileNotFoundError(f"{source}: no such file or directory")
+
+
 def ingest(tables: Tables, sources: Iterable[str], *, strict: bool = False, full_history: bool = False,
            from_snapshot: bool = False, batch_records: int | None = None,
            meter: Callable[[str], Meter] | None = None,
@@ -896,11 +903,13 @@ def ingest(tables: Tables, sources: Iterable[str], *, strict: bool = False, full
            decoders: pieces.Decoders | None = None) -> list[SourceSummary]:
     """Ingest each source in the order given (offsets continue across them); ``meter(label)`` makes each
     source's progress meter; the rest as ``ingest_source``."""
+    sources = [os.fspath(source) for source in sources]
+    sources_exist(sources)
     summaries = []
     for source in sources:
-        summary = ingest_source(tables, os.fspath(source), strict=strict, full_history=full_history,
+        summary = ingest_source(tables, source, strict=strict, full_history=full_history,
                                 from_snapshot=from_snapshot, batch_records=batch_records,
-                                meter=None if meter is None else meter(os.fspath(source)), limits=limits,
+                                meter=None if meter is None else meter(source), limits=limits,
                                 workers=workers, workers_min_bytes=workers_min_bytes, compact_files=compact_files,
                                 decoders=decoders)
         summaries.append(summary)
