@@ -69,6 +69,8 @@ from benchmarks.stats import chunks, log, timed
 # The pure core in one process: the shards' steps over the log in micro-batch sized chunks (what the Spark job
 # runs, without Spark), outputs made but not folded into tables.
 CORE = "core replay"
+# ... and on one shard, every request decided once: the broadcast's cost is the difference
+CORE_ONE_SHARD = "core replay, 1 shard"
 
 # The generated logs of --target and --scale-out are of topics of this many partitions each.
 PARTITIONS_PER_TOPIC = 1000
@@ -175,6 +177,25 @@ def measure_target(config, work: Path, args: argparse.Namespace) -> dict:
     return out
 
 
+def core_requests(config: Config, count: int, options: SimulationOptions, kafka: dict, shards: int, batch: int,
+                  name: str) -> dict:
+    """The pure core's shard steps over ``count`` requests of the soak's mix in chunks of ``batch`` (generation
+    not timed): wall and CPU seconds, and each chunk's rate (first, last and range: a chunk's rate follows the
+    failovers it holds, which tells that from growth)."""
+    per_chunk: list[tuple[int, float, float]] = []
+    seconds, replayed, _ = core_replay_chunked(simulated_requests(count, options, kafka), shards, chunk=batch,
+                                               meter=meter(config, f"bench {name} requests", "requests", count),
+                                               per_chunk=per_chunk)
+    rates = [n / s for n, s, _ in per_chunk]
+    stage = {"shards": shards, "seconds": round(seconds, 3), "cpu_s": round(sum(c for *_, c in per_chunk), 3),
+             "requests": replayed, "requests_per_s": round(replayed / seconds),
+             "batch_requests_per_s": {"first": round(rates[0]), "last": round(rates[-1]),
+                                      "min": round(min(rates)), "max": round(max(rates))}}
+    log(f"requests, {name}: {replayed:,} in {seconds:.2f} s ({stage['cpu_s']:.2f} s CPU) = "
+        f"{stage['requests_per_s']:,} requests/s")
+    return stage
+
+
 def measure_requests(config, work: Path, args: argparse.Namespace, count: int) -> dict:
     """The issue's second headline: ``count`` requests of the soak's mix (its simulated cluster: --soak-brokers
     brokers, --soak-topics topics of 10 partitions; nine in ten requests are heartbeats) decided by the
@@ -187,19 +208,12 @@ def measure_requests(config, work: Path, args: argparse.Namespace, count: int) -
     batch = args.requests_batch or config.get_int("kraftlake.controller.max.records.per.batch", minimum=0) or count
     out: dict = {"requests": count, "brokers": options.brokers, "partitions": options.topics * 10,
                  "shards": args.shards, "max_records_per_batch": batch}
-    stages: dict = {}
-    per_chunk: list[tuple[int, float, float]] = []
-    seconds, replayed, _ = core_replay_chunked(simulated_requests(count, options, kafka), args.shards,
-                                               chunk=batch,
-                                               meter=meter(config, "bench core requests", "requests", count),
-                                               per_chunk=per_chunk)
-    rates = [n / s for n, s, _ in per_chunk]
-    stages[CORE] = {"seconds": round(seconds, 3), "cpu_s": round(sum(c for *_, c in per_chunk), 3),
-                    "requests": replayed, "requests_per_s": round(replayed / seconds),
-                    # a batch's rate follows the failovers it holds: first, last and range, to tell that from growth
-                    "batch_requests_per_s": {"first": round(rates[0]), "last": round(rates[-1]),
-                                             "min": round(min(rates)), "max": round(max(rates))}}
-    log(f"requests, {CORE}: {replayed:,} in {seconds:.2f} s = {stages[CORE]['requests_per_s']:,} requests/s")
+    stages: dict = {CORE: core_requests(config, count, options, kafka, args.shards, batch, CORE)}
+    if args.shards > 1:
+        # what the shards' broadcast costs: each shard passes over every heartbeat and AlterPartition it does not
+        # own, and every request is decided once on one (docs/performance.md, "What the shards' broadcast costs")
+        stages[CORE_ONE_SHARD] = core_requests(config, count, options, kafka, 1, batch, CORE_ONE_SHARD)
+        out["core_cpu_shards/one_shard"] = round(stages[CORE]["cpu_s"] / stages[CORE_ONE_SHARD]["cpu_s"], 3)
     root = work / "requests"
     shutil.rmtree(root, ignore_errors=True)
     written = write_requests(DeltaRsTables(str(root / "warehouse")), ClusterSimulator(options, kafka), count,

@@ -19,6 +19,7 @@ from benchmarks.memory import (NATIVE_MEMORY_TRACKING, all_processes, family, jo
                                roles_of)
 from benchmarks.scale_out import split_of
 from benchmarks.soak import native_trends, restart_times, trend
+from kraftlake.metadata.config import load_config
 from kraftlake.sim.cluster import SimulationOptions
 
 
@@ -85,6 +86,21 @@ def test_core_replay_chunked_records_each_chunk_as_the_job_s_micro_batches_cut_i
     assert count == 2_500 and [n for n, *_ in per_chunk] == [1_000, 1_000, 500]
     assert all(seconds >= 0 and cpu >= 0 for _, seconds, cpu in per_chunk)
     assert [s.to_bytes() for s in states] == [s.to_bytes() for s in plain]
+
+
+def test_the_requests_stage_s_core_figures_per_shard_count():
+    """The requests stage times the pure core at the job's shards and on one shard (its broadcast's cost is the
+    ratio): each figure counts every request, its rate is the count over its own seconds, and the chunks' rates
+    bound one another."""
+    options = SimulationOptions(brokers=4, topics=3, partitions_per_topic=2)
+    config = load_config(overrides=["kraftlake.progress=never"])
+    for shards in (1, 3):
+        stage = suite.core_requests(config, 2_500, options, {}, shards, 1_000, f"test {shards}")
+        assert stage["shards"] == shards and stage["requests"] == 2_500
+        # (its seconds are rounded to the millisecond)
+        assert stage["requests_per_s"] * stage["seconds"] == pytest.approx(2_500, rel=0.01) and stage["cpu_s"] > 0
+        rates = stage["batch_requests_per_s"]
+        assert rates["min"] <= min(rates["first"], rates["last"]) <= max(rates["first"], rates["last"]) <= rates["max"]
 
 
 def test_a_memory_trend_is_growth_only_beyond_its_noise_band():
