@@ -1,7 +1,8 @@
 """A job in local mode listens on loopback only: its driver's RPC and block manager, and Spark's web UI
 when enabled, have no authentication by default, so every interface would expose them to the network
 (issue 28, point 7). Both ways a job starts: plain python, and through spark-submit.sh. Either way a failed
-task is retried, as on a cluster, and plain python takes the master its config names."""
+task is retried, as on a cluster, plain python takes the master its config names, and the session's catalog
+directory is not left in the directory the job ran in."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ spark = get_spark(load_layers(None, [(settings, "test")]), "binding-test")
 spark.range(4).count()
 context = spark.sparkContext
 print("master", context.master, context._jsc.sc().taskScheduler().maxTaskFailures(), flush=True)
+spark.sql("SHOW TABLES").collect()  # (the catalog, whose directory Spark makes)
+print("catalog", spark.conf.get("spark.sql.warehouse.dir"), flush=True)
 print("session ready", flush=True)
 time.sleep(600)
 """
@@ -40,8 +43,9 @@ def test_a_local_session_listens_on_loopback_only(tmp_path: Path, launcher: str)
     # plain python: the config's master (the JVM's launcher sets local[*] of its own, which must not win)
     command = [sys.executable, str(job), "spark.master=local[1,3]"] if launcher == "python" else \
         [str(REPO / "spark-submit.sh"), str(job)]
-    log = tmp_path / "job.log"
-    process = start(command, log, env, cwd=REPO)
+    log, cwd = tmp_path / "job.log", tmp_path / "cwd"
+    cwd.mkdir()
+    process = start(command, log, env, cwd=cwd)
     try:
         wait_for_line(log, "session ready", process, 240)
         addresses = listening_addresses(process.pid)
@@ -51,4 +55,8 @@ def test_a_local_session_listens_on_loopback_only(tmp_path: Path, launcher: str)
     assert len(addresses) >= 3, addresses
     assert sorted(a for a in addresses if not a.startswith("127.0.0.1:")) == []
     expected = "master local[1,3] 3" if launcher == "python" else "master local[*,4] 4"
-    assert expected in log.read_text().splitlines(), log.read_text()[-2000:]
+    lines = log.read_text().splitlines()
+    assert expected in lines, log.read_text()[-2000:]
+    assert list(cwd.iterdir()) == []
+    catalog = [line.split(" ", 1)[1] for line in lines if line.startswith("catalog ")]
+    assert catalog and catalog[0].endswith(f"kraftlake-{os.getuid()}/spark-warehouse"), catalog

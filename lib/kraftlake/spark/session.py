@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from typing import TYPE_CHECKING
 
 from kraftlake.metadata.config import Config
@@ -25,6 +26,16 @@ LOOPBACK = "127.0.0.1"
 # deserialise together) must not end a streaming job on a laptop when it would not on a cluster.
 LOCAL_MASTER = "local[*,4]"
 LOCAL_ADDRESSES = ("spark.driver.bindAddress", "spark.driver.host")
+# Spark makes its catalog's warehouse directory (``spark-warehouse``) in the job's current directory when a
+# session starts, though no kraftlake table lives there (the tables are Delta paths): left to that default, every
+# job would leave an empty directory wherever an operator ran it.
+CATALOG_WAREHOUSE = "spark.sql.warehouse.dir"
+
+
+def catalog_warehouse() -> str:
+    """Where a session's catalog directory goes unless the config or spark-submit says: one per user under the
+    system's temporary directory, never the current one."""
+    return os.path.join(tempfile.gettempdir(), f"kraftlake-{os.getuid()}", "spark-warehouse")
 
 
 def get_spark(config: Config, app_name: str) -> SparkSession:
@@ -78,6 +89,7 @@ def get_spark(config: Config, app_name: str) -> SparkSession:
         # listens on loopback, not on every interface, unless the user sets these.
         for key in LOCAL_ADDRESSES:
             settings.setdefault(key, LOOPBACK)
+    settings.setdefault(CATALOG_WAREHOUSE, catalog_warehouse())
     for key, value in sorted(settings.items()):
         if not submitted.contains(key):
             builder = builder.config(key, value)
