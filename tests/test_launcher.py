@@ -323,6 +323,39 @@ def test_run_job_says_each_kind_of_failure_in_one_line(capsys: pytest.CaptureFix
         run_job("job", failing(ZeroDivisionError("division by zero")))
 
 
+# A job whose stop lands in a finalizer (py4j drops its Java objects from finalizers): Python swallows what a
+# finalizer raises, so the SIGTERM raised there would be lost and the job would run on.
+STOP_IN_A_FINALIZER = """
+import os, signal, sys, time
+from kraftlake.cli.launcher import run_job
+
+class Dropped:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIG)
+        for _ in range(100_000):  # (the signal's handler runs here, inside the finalizer)
+            pass
+
+def main(argv):
+    Dropped()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    print("ran on", file=sys.stderr)
+    return 0
+
+sys.exit(run_job("job", main))
+"""
+
+
+@pytest.mark.parametrize("sig, says", [("SIGTERM", "job: stopped (SIGTERM); start again to continue\n"),
+                                       ("SIGINT", "job: interrupted\n")])
+def test_a_stop_that_lands_in_a_finalizer_still_stops_the_job(sig: str, says: str) -> None:
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "lib")}
+    done = subprocess.run([sys.executable, "-c", STOP_IN_A_FINALIZER.replace("signal.SIG)", f"signal.{sig})")],
+                          env=environment, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (INTERRUPTED, says)
+
+
 def test_an_object_store_error_in_one_line() -> None:
     s3 = OSError("Generic S3 error\n          \x1b[31m↳\x1b[0m Error performing list request\n"
                  "           \x1b[31m↳\x1b[0m 404 Not Found\n             \x1b[31m↳\x1b[0m <?xml version=\"1.0\"?>\n"

@@ -55,6 +55,7 @@ NO_SPARK = frozenset({"check", "dump", "ingest", "quorum", "report", "shell", "s
 SPARK_WHEN = {"ingest": ("kraftlake.ingest.decoders", "spark", ("--follow",))}
 HELP = ("-h", "--help")
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+STOP_AGAIN_S = 0.05  # a stop swallowed in a finalizer is sent again this much later (``_stop_again``)
 
 Main = Callable[[Sequence[str] | None], int]
 
@@ -70,6 +71,24 @@ class Terminated(KeyboardInterrupt):
 def _terminated(signum: int, frame: object) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Terminated()
+
+
+def _stop_again(unraisable: object) -> bool:
+    """A stop raised while a finalizer ran is one Python swallows (it prints "Exception ignored in"), and the job
+    would run on: py4j drops its Java objects from finalizers, so a SIGTERM landing in one while the controller
+    started was lost (seen in CI). The signal is sent again to the main thread a moment later, from a thread of
+    its own: by then the finalizer has returned (sent from here, it would be raised here, and swallowed again),
+    and a real signal also ends a call the main thread is blocked in. True if it was such a stop."""
+    exc = getattr(unraisable, "exc_value", None)
+    if not isinstance(exc, KeyboardInterrupt):
+        return False
+    signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+    if signum == signal.SIGTERM:
+        signal.signal(signal.SIGTERM, _terminated)  # (the handler ignored further ones once it raised)
+    again = threading.Timer(STOP_AGAIN_S, signal.pthread_kill, (threading.main_thread().ident, signum))
+    again.daemon = True
+    again.start()
+    return True
 
 
 # What reading a path the user named may raise when the path is wrong (with ValueError: not what it claims)
@@ -104,6 +123,9 @@ def run_job(name: str, main: Main, argv: Sequence[str] | None = None) -> int:
     prefixes its one-line errors."""
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
+    unraisable_hook = sys.unraisablehook
+    if in_main_thread:
+        sys.unraisablehook = lambda unraisable: _stop_again(unraisable) or unraisable_hook(unraisable)
     try:
         _adopt_launcher(name)  # after: the launcher may send SIGTERM here as soon as it is adopted
         code = main(argv)
@@ -132,6 +154,7 @@ def run_job(name: str, main: Main, argv: Sequence[str] | None = None) -> int:
     finally:
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+            sys.unraisablehook = unraisable_hook
 
 
 def _fail(name: str, message: str, code: int) -> int:
