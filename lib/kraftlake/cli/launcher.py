@@ -80,11 +80,13 @@ def _stop_again(unraisable: object) -> bool:
     its own: by then the finalizer has returned (sent from here, it would be raised here, and swallowed again),
     and a real signal also ends a call the main thread is blocked in. True if it was such a stop."""
     exc = getattr(unraisable, "exc_value", None)
-    if not isinstance(exc, KeyboardInterrupt):
-        return False
-    signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
-    if signum == signal.SIGTERM:
+    if isinstance(exc, Terminated):
         signal.signal(signal.SIGTERM, _terminated)  # (the handler ignored further ones once it raised)
+        signum = signal.SIGTERM
+    elif isinstance(exc, KeyboardInterrupt):
+        signum = signal.SIGINT
+    else:
+        return False
     again = threading.Timer(STOP_AGAIN_S, signal.pthread_kill, (threading.main_thread().ident, signum))
     again.daemon = True
     again.start()
