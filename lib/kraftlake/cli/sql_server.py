@@ -23,6 +23,7 @@ from kraftlake.cli.config import config_from_args
 from kraftlake.cli.runtime import open_warehouse, warehouse_root
 from kraftlake.metadata.config import Config
 from kraftlake.spark.catalog import Catalog
+from kraftlake.spark.session import CATALOG_WAREHOUSE
 from kraftlake.spark.thrift import SINGLE_SESSION, beeline_path, start_thrift_server
 
 HIVE_SERVER2 = "hive.server2."
@@ -33,7 +34,7 @@ def serve(args: argparse.Namespace) -> int:
     # The server's Hive side keeps a scratch catalog and warehouse directory: not in the current directory
     with tempfile.TemporaryDirectory(prefix="kraftlake-sql-server-") as scratch:
         config = config_from_args(args).with_overrides(
-            {SINGLE_SESSION: "true", "spark.sql.warehouse.dir": os.path.join(scratch, "spark-warehouse")}, "--serve")
+            {SINGLE_SESSION: "true", CATALOG_WAREHOUSE: os.path.join(scratch, "spark-warehouse")}, "--serve")
         return _serve(args, config, scratch)
 
 
